@@ -1,0 +1,96 @@
+"""loopbreak: circuit breakers for LLM agent loops, judged while the stream is produced.
+
+The only public door: everything a user or an adapter needs is re-exported here.
+"""
+
+from loopbreak._config import (
+    BlockRepeatConfig,
+    Config,
+    CycleConfig,
+    DegeneracyConfig,
+    IdenticalChunksConfig,
+    LimitsConfig,
+    LinesConfig,
+    LoadedConfig,
+    RecoveryConfig,
+    StallConfig,
+    ToolFailureConfig,
+    load_config,
+)
+from loopbreak._engine.call_guard import CallGuard, CallSummary, ChannelGuard, build_detectors
+from loopbreak._engine.detectors import (
+    BlockRepeatDetector,
+    CharCapDetector,
+    CycleDetector,
+    DegeneracyDetector,
+    IdenticalChunksDetector,
+    LinesDetector,
+)
+from loopbreak._engine.notices import TEXTS, detect_language, render
+from loopbreak._engine.scan import scan
+from loopbreak._engine.session_guard import CallOutcome, SessionGuard
+from loopbreak._engine.stall import Reaction, StallVerdict
+from loopbreak._engine.tool_failure import (
+    ToolDecision,
+    ToolGuidance,
+    canonical_arguments,
+    normalise_error,
+)
+from loopbreak._engine.trip import CHANNELS, Channel, Detector, Trip
+from loopbreak._errors import ConfigError, InputError, LoopbreakError, StreamFormatError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHANNELS",
+    "TEXTS",
+    "BlockRepeatConfig",
+    "BlockRepeatDetector",
+    "CallGuard",
+    "CallOutcome",
+    "CallSummary",
+    "Channel",
+    "ChannelGuard",
+    "CharCapDetector",
+    "Config",
+    "ConfigError",
+    "CycleConfig",
+    "CycleDetector",
+    "DegeneracyConfig",
+    "DegeneracyDetector",
+    "Detector",
+    "IdenticalChunksConfig",
+    "IdenticalChunksDetector",
+    "InputError",
+    "LimitsConfig",
+    "LinesConfig",
+    "LinesDetector",
+    "LoadedConfig",
+    "LoopbreakError",
+    "Reaction",
+    "RecoveryConfig",
+    "SessionGuard",
+    "StallConfig",
+    "StallVerdict",
+    "StreamFormatError",
+    "ToolDecision",
+    "ToolFailureConfig",
+    "ToolGuidance",
+    "Trip",
+    "build_detectors",
+    "canonical_arguments",
+    "detect_language",
+    "load_config",
+    "normalise_error",
+    "render",
+    "scan",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if hasattr(_obj, "__module__") and getattr(_obj, "__module__", "").startswith("loopbreak."):
+        try:
+            _obj.__module__ = "loopbreak"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

@@ -1,0 +1,5 @@
+import sys
+
+from loopbreak.cli import main
+
+sys.exit(main())

@@ -1,0 +1,446 @@
+"""Configuration: one validated, frozen object; every key optional.
+
+Each section is a frozen dataclass whose fields carry their allowed range and a
+one-line reason in ``metadata``; ``__post_init__`` checks every value, so a
+``Config`` that exists is valid. Loading from a TOML file and ``LOOPBREAK_*``
+environment variables lives at the bottom of this module, at the edge, in this
+order (later wins): defaults, file, environment, explicit overrides.
+
+The defaults are the measured ones; the README's configuration table and the
+docstrings of the detector modules say where each comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from loopbreak._errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+ENV_PREFIX = "LOOPBREAK_"
+ENV_CONFIG_FILE = "LOOPBREAK_CONFIG"
+
+
+def _key(default: Any, doc: str, *, low: float | None = None, high: float | None = None,
+         choices: tuple[str, ...] | None = None, off: Any = None) -> Any:
+    """A config field: its default, why, and what values it accepts."""
+    meta = {"doc": doc, "low": low, "high": high, "choices": choices, "off": off}
+    return field(default=default, metadata=meta)
+
+
+class _Section:
+    """Validation shared by every section: type, range and choices of each field."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            _check_value(f"{self._name()}.{f.name}", getattr(self, f.name), f)
+
+    @classmethod
+    def _name(cls) -> str:
+        return _SECTION_NAMES[cls]
+
+
+def _describe(f: dataclasses.Field[Any]) -> str:
+    """The allowed values of a field, as a person reads them."""
+    meta = f.metadata
+    if meta["choices"]:
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[
+        type(f.default)
+    ]
+    if meta["low"] is not None or meta["high"] is not None:
+        low = "" if meta["low"] is None else _fmt(meta["low"])
+        high = "" if meta["high"] is None else _fmt(meta["high"])
+        kind += f" in {low}..{high}"
+    if meta["off"] is not None:
+        kind += f" ({_fmt(meta['off'])} = off)"
+    return kind
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _check_value(key: str, value: Any, f: dataclasses.Field[Any]) -> None:
+    expected = type(f.default)
+    ok_type = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        ok_type = True
+    if not ok_type or (isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{key} must be {_describe(f)}, not {value!r}")
+    meta = f.metadata
+    if meta["choices"] and value not in meta["choices"]:
+        raise ConfigError(f"{key} must be {_describe(f)}, not {value!r}")
+    if meta["off"] is not None and value == meta["off"]:
+        return
+    if (meta["low"] is not None and value < meta["low"]) or (
+        meta["high"] is not None and value > meta["high"]
+    ):
+        raise ConfigError(f"{key} must be {_describe(f)}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class BlockRepeatConfig(_Section):
+    """block-repeat (reasoning): disjoint blocks that repeat earlier ones."""
+
+    enabled: bool = _key(True, "Run the block-repeat rule on reasoning.")
+    block_chars: int = _key(128, "Block size; 96/128/192/256 swept, 128 the only one that "
+                            "lets every loop shape trip with zero clean trips.", low=16, high=4096)
+    min_back: int = _key(3, "Nearest earlier block compared; 1-2 back share topic by proximity.",
+                         low=1, high=64)
+    max_back: int = _key(32, "Farthest earlier block compared (memory is max_back blocks).",
+                         low=1, high=256)
+    shingle_chars: int = _key(4, "Shingle length of the low-novelty overlap.", low=2, high=16)
+    shingle_step: int = _key(2, "Shingles are taken every this many characters.", low=1, high=16)
+    novelty_overlap: float = _key(0.7, "Jaccard overlap at which a block counts as not new.",
+                                  low=0.05, high=1.0)
+    novelty_streak: int = _key(10, "Consecutive not-new blocks that trip low-novelty (0 = off).",
+                               low=1, high=1000, off=0)
+    novelty_streak_code: int = _key(20, "The same when a block of the streak is shaped like "
+                                    "code or data (0 = off).", low=1, high=1000, off=0)
+    exact_streak: int = _key(4, "Consecutive prose blocks identical to an earlier one that trip "
+                             "exact-repeat (0 = off).", low=1, high=1000, off=0)
+
+
+@dataclass(frozen=True)
+class DegeneracyConfig(_Section):
+    """degeneracy: blocks that carry no meaning (symbol and emoji floods)."""
+
+    enabled: bool = _key(True, "Run the degeneracy rule on reasoning.")
+    on_text: bool = _key(False, "Also judge the visible answer (cutting what a user reads is a "
+                         "bigger step than cutting a thought).")
+    block_chars: int = _key(128, "Block size.", low=16, high=4096)
+    max_meaning_share: float = _key(0.08, "Gate: letters+digits over non-space at most this; a "
+                                    "block with words is never degenerate.", low=0.0, high=1.0)
+    min_noise_share: float = _key(0.65, "noisy: symbols+emoji over non-space at least this.",
+                                  low=0.0, high=1.0)
+    max_variety: float = _key(0.3, "low-variety: distinct chars / min(non-space, window) at most.",
+                              low=0.0, high=10.0)
+    variety_window: int = _key(48, "Denominator cap of the variety ratio.", low=1, high=4096)
+    run_chars: int = _key(3, "A symbol run counts from this length.", low=2, high=4096)
+    min_runs: int = _key(3, "run-heavy: at least this many counted runs ...", low=1, high=4096)
+    long_run_chars: int = _key(24, "... or one symbol run at least this long.", low=2, high=4096)
+    min_emoji: int = _key(8, "emoji-flood: at least this many emoji ...", low=1, high=4096)
+    min_emoji_share: float = _key(0.4, "... and at least this share of non-space.",
+                                  low=0.0, high=1.0)
+    min_evidence: int = _key(2, "Flags besides the gate a block needs to be degenerate.",
+                             low=1, high=4)
+    streak: int = _key(3, "Consecutive degenerate blocks that trip; ASCII art and rst tables "
+                       "in CPython's stdlib reach 2.", low=1, high=1000)
+
+
+@dataclass(frozen=True)
+class CycleConfig(_Section):
+    """cycle: the tail of a channel repeats with a period."""
+
+    max_period: int = _key(512, "Longest period looked for; must sit above every measured "
+                           "period (89-409 so far): a cap below a period fails silently.",
+                           low=2, high=4096, off=0)
+    min_span_reasoning: int = _key(384, "Reasoning tail that must repeat; reasoning restates "
+                                   "plans, so it needs more than text.", low=16, high=65536)
+    min_span_text: int = _key(256, "Visible-text tail that must repeat.", low=16, high=65536)
+    min_span_code: int = _key(1536, "Tail that must repeat when the unit is shaped like code or "
+                              "data, which repeat verbatim for good reasons.", low=16, high=65536)
+    min_distinct: int = _key(2, "A unit with fewer distinct characters (====, ----) does not "
+                             "count.", low=1, high=64)
+
+
+@dataclass(frozen=True)
+class LinesConfig(_Section):
+    """lines: a phrase pool, a loop with no period because its lines are reshuffled."""
+
+    min_mass: int = _key(2048, "Characters of repeated lines that trip (0 = off).",
+                         low=64, high=1 << 24, off=0)
+    min_coverage: float = _key(0.6, "Share of counted characters in repeated lines.",
+                               low=0.0, high=1.0)
+    min_concentration: float = _key(4.0, "Sightings per distinct line; spares reasoning that "
+                                    "quotes code twice.", low=1.0, high=1000.0)
+    min_line_chars: int = _key(2, "Shorter stripped lines are not counted (}, ); ...).",
+                               low=1, high=1024)
+    count_indented: bool = _key(False, "Count indented lines; off because code repeats its "
+                                "lines legitimately and pool lines are not indented.")
+    window_chars: int = _key(8192, "Counted characters the rule looks back over.",
+                             low=256, high=1 << 24)
+    max_line_chars: int = _key(1024, "A longer line counts as unique mass and is not stored.",
+                               low=16, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class IdenticalChunksConfig(_Section):
+    """identical-chunks (text): the same visible delta over and over."""
+
+    max_repeats: int = _key(60, "Consecutive visible deltas equal after stripping that trip "
+                            "(0 = off).", low=2, high=1 << 20, off=0)
+
+
+@dataclass(frozen=True)
+class LimitsConfig(_Section):
+    """Hard caps per call."""
+
+    max_reasoning_chars: int = _key(120_000, "Reasoning characters one call may produce "
+                                    "(0 = off).", low=1, high=1 << 40, off=0)
+
+
+@dataclass(frozen=True)
+class StallConfig(_Section):
+    """stall: calls that think without doing, across calls of one session."""
+
+    min_reasoning_chars: int = _key(2048, "Calls with less reasoning are not judged.",
+                                    low=0, high=1 << 30)
+    similarity: float = _key(0.8, "4-gram containment in the previous judged call that makes a "
+                             "call restated (0 = off).", low=0.01, high=1.0, off=0.0)
+    max_stalled_calls: int = _key(3, "Stalled calls in a row that fire a reaction.",
+                                  low=1, high=1000)
+    reaction: str = _key("steer", "What a fire does.", choices=("warn", "steer", "cancel"))
+    max_fires: int = _key(4, "Fires per session at most (each fire resets the count).",
+                          low=0, high=1000)
+    cancel_cause: str = _key("thinking-loop", "Cause given when the reaction is cancel.")
+
+
+@dataclass(frozen=True)
+class ToolFailureConfig(_Section):
+    """tool-failure: the same failing tool call re-sent within one turn."""
+
+    enabled: bool = _key(True, "Run the tool-failure breaker.")
+    steer_from: int = _key(2, "From this failure of the same signature on, the result carries "
+                           "guidance.", low=1, high=1000)
+    deny_after: int = _key(3, "Failures of the same key after which the identical call is "
+                           "denied before dispatch.", low=1, high=1000)
+    guidance: str = _key("prefix", "Whether guidance prefixes or replaces the failing result.",
+                         choices=("prefix", "replace"))
+    error_chars: int = _key(160, "Normalised error text kept in a failure signature.",
+                            low=1, high=1 << 16)
+    max_arg_depth: int = _key(8, "Nesting kept in an argument key.", low=1, high=64)
+    max_arg_chars: int = _key(4096, "Characters kept of an argument key.", low=64, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class RecoveryConfig(_Section):
+    """What adapters do after a trip."""
+
+    on_trip: str = _key("retry", "retry: re-ask once per turn with thinking off; stop: lawful "
+                        "finish with a notice; error: end with an error.",
+                        choices=("retry", "stop", "error"))
+    retries_per_turn: int = _key(1, "Retries without thinking per turn.", low=0, high=100)
+    max_request_retries: int = _key(2, "Re-sends of a response that never arrived intact.",
+                                    low=0, high=10)
+    notice: bool = _key(True, "Tell the model what was cut and to carry on.")
+    language: str = _key("auto", "Language of model-facing notices (auto follows the stream).",
+                         choices=("auto", "en", "zh"))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration. Every section and key is optional."""
+
+    block_repeat: BlockRepeatConfig = field(default_factory=BlockRepeatConfig)
+    degeneracy: DegeneracyConfig = field(default_factory=DegeneracyConfig)
+    cycle: CycleConfig = field(default_factory=CycleConfig)
+    lines: LinesConfig = field(default_factory=LinesConfig)
+    identical_chunks: IdenticalChunksConfig = field(default_factory=IdenticalChunksConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    stall: StallConfig = field(default_factory=StallConfig)
+    tool_failure: ToolFailureConfig = field(default_factory=ToolFailureConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+
+    def __post_init__(self) -> None:
+        br = self.block_repeat
+        if br.min_back > br.max_back:
+            raise ConfigError(
+                f"block_repeat.min_back must be <= block_repeat.max_back ({br.max_back}), "
+                f"not {br.min_back}"
+            )
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with dotted keys changed: ``config.replace(**{"cycle.max_period": 0})``."""
+        return _build(self, {k: (v, "override") for k, v in changes.items()})[0]
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """Every key and value, by section."""
+        return {
+            name: {f.name: getattr(getattr(self, name), f.name) for f in dataclasses.fields(cls)}
+            for name, cls in _SECTIONS.items()
+        }
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
+    for f in dataclasses.fields(Config)
+}
+_SECTION_NAMES: dict[type[Any], str] = {cls: name for name, cls in _SECTIONS.items()}
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One configuration key as ``loopbreak config show`` prints it."""
+
+    key: str
+    value: Any
+    default: Any
+    source: str
+    allowed: str
+    doc: str
+
+
+def iter_keys() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
+    """Every dotted key with its field, in declaration order."""
+    for name, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            yield f"{name}.{f.name}", f
+
+
+_FIELDS: dict[str, dataclasses.Field[Any]] = dict(iter_keys())
+
+
+def _unknown(key: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(_FIELDS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(f"unknown key {key!r} in {where}{hint}")
+
+
+def _build(base: Config, values: Mapping[str, tuple[Any, str]]) -> tuple[Config, dict[str, str]]:
+    """Apply dotted-key values to ``base``; return the config and each key's source."""
+    per_section: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    for key, (value, source) in values.items():
+        if key not in _FIELDS:
+            raise _unknown(key, source)
+        section, name = key.split(".", 1)
+        per_section.setdefault(section, {})[name] = value
+        sources[key] = source
+    try:
+        sections = {
+            name: dataclasses.replace(getattr(base, name), **changes)
+            for name, changes in per_section.items()
+        }
+        return dataclasses.replace(base, **sections), sources
+    except ConfigError as exc:
+        key = str(exc).split(" ", 1)[0]
+        if key in sources:
+            raise ConfigError(f"{exc} (from {sources[key]})") from None
+        raise
+
+
+def _parse_env(key: str, raw: str, var: str) -> Any:
+    f = _FIELDS[key]
+    kind = type(f.default)
+    text = raw.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            return int(text.replace("_", ""))
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"{key} must be {_describe(f)}, not {raw!r} (from {var})") from None
+    return raw
+
+
+def env_var(key: str) -> str:
+    """The environment variable that sets a dotted key: ``cycle.max_period`` ->
+    ``LOOPBREAK_CYCLE__MAX_PERIOD``."""
+    section, name = key.split(".", 1)
+    return f"{ENV_PREFIX}{section.upper()}__{name.upper()}"
+
+
+def _flatten_toml(data: Mapping[str, Any], where: str) -> dict[str, tuple[Any, str]]:
+    values: dict[str, tuple[Any, str]] = {}
+    for section, body in data.items():
+        if section not in _SECTIONS:
+            raise _unknown(section, where)
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"[{section}] in {where} must be a table of keys, not {body!r}")
+        for name, value in body.items():
+            values[f"{section}.{name}"] = (value, where)
+    return values
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A configuration with where each key's value came from."""
+
+    config: Config
+    sources: Mapping[str, str]
+    path: Path | None
+
+    def keys(self) -> list[KeyInfo]:
+        """Every key with value, default, source and allowed values."""
+        out = []
+        for key, f in iter_keys():
+            section, name = key.split(".", 1)
+            out.append(KeyInfo(
+                key=key,
+                value=getattr(getattr(self.config, section), name),
+                default=f.default,
+                source=self.sources.get(key, "default"),
+                allowed=_describe(f),
+                doc=f.metadata["doc"],
+            ))
+        return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """Defaults, then the TOML file, then ``LOOPBREAK_*`` variables, then ``overrides``.
+
+    ``path`` defaults to ``$LOOPBREAK_CONFIG`` when set; a named file that is
+    missing is an error, as is any unknown key or bad value (one line, naming the
+    key, what it accepts and where the value came from).
+    """
+    environ = os.environ if env is None else env
+    values: dict[str, tuple[Any, str]] = {}
+    file_path: Path | None = None
+    if path is None and environ.get(ENV_CONFIG_FILE):
+        path = environ[ENV_CONFIG_FILE]
+    if path is not None:
+        file_path = Path(path)
+        try:
+            raw = file_path.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {file_path}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from None
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{file_path}: not UTF-8 text (byte {exc.start})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file_path}: invalid TOML: {exc}") from None
+        values.update(_flatten_toml(data, str(file_path)))
+    for var, raw_value in environ.items():
+        if not var.startswith(ENV_PREFIX) or var == ENV_CONFIG_FILE or "__" not in var:
+            continue
+        section, _, name = var[len(ENV_PREFIX):].partition("__")
+        key = f"{section.lower()}.{name.lower()}"
+        if key not in _FIELDS:
+            raise _unknown(key, var)
+        values[key] = (_parse_env(key, raw_value, var), var)
+    for key, value in (overrides or {}).items():
+        values[key] = (value, "override")
+    config, sources = _build(Config(), values)
+    return LoadedConfig(config=config, sources=sources, path=file_path)

@@ -1,0 +1,47 @@
+"""Cutting a stream into disjoint fixed-size blocks.
+
+Disjoint blocks, not sliding windows: two windows a stride apart share
+characters by position, which puts a floor under any overlap score (the seed
+plugin measured 0.67 on a real loop, inside the clean band). Blocks that share
+nothing by position score only genuine repetition.
+"""
+
+from __future__ import annotations
+
+
+class BlockCutter:
+    """Collects deltas and hands back every block as soon as it is complete."""
+
+    __slots__ = ("_size", "_pending", "_consumed")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"block size must be >= 1, not {size}")
+        self._size = size
+        self._pending = ""
+        self._consumed = 0
+
+    @property
+    def consumed(self) -> int:
+        """Characters pushed so far."""
+        return self._consumed
+
+    def push(self, delta: str) -> list[tuple[str, int]]:
+        """Add ``delta``; return the blocks it completed with the count of characters
+        consumed at each block's last character."""
+        self._consumed += len(delta)
+        pending = self._pending + delta if self._pending else delta
+        size = self._size
+        if len(pending) < size:
+            self._pending = pending
+            return []
+        full = len(pending) - len(pending) % size
+        first_end = self._consumed - len(pending) + size
+        blocks = [(pending[i : i + size], first_end + i) for i in range(0, full, size)]
+        self._pending = pending[full:]
+        return blocks
+
+    def reset(self) -> None:
+        """Forget everything pushed so far."""
+        self._pending = ""
+        self._consumed = 0

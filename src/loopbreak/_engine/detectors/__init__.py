@@ -1,0 +1,17 @@
+"""One module per single-call rule; each class has ``feed(delta) -> Trip | None``."""
+
+from loopbreak._engine.detectors.block_repeat import BlockRepeatDetector
+from loopbreak._engine.detectors.char_cap import CharCapDetector
+from loopbreak._engine.detectors.cycle import CycleDetector
+from loopbreak._engine.detectors.degeneracy import DegeneracyDetector
+from loopbreak._engine.detectors.identical_chunks import IdenticalChunksDetector
+from loopbreak._engine.detectors.lines import LinesDetector
+
+__all__ = [
+    "BlockRepeatDetector",
+    "CharCapDetector",
+    "CycleDetector",
+    "DegeneracyDetector",
+    "IdenticalChunksDetector",
+    "LinesDetector",
+]

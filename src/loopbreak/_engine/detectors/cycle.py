@@ -1,0 +1,163 @@
+"""cycle: the tail of a channel repeats with a period.
+
+Catches verbatim loops of any unit up to ``max_period`` characters, however the
+unit is worded (``好。执行。好。``, ``Go. / OK. / Let me write.`` in a fixed order,
+a 409-character paragraph). The condition, at every character ``m`` of the
+stream: there is a period ``p <= max_period`` such that the last
+``max(min_span, 2p)`` characters repeat with period ``p``, and the unit has at
+least ``min_distinct`` distinct characters (so ``====`` and ``────`` rules do not
+count). The evidence names the smallest such period. A unit shaped like code
+or data (``shape.looks_like_code``) must repeat over ``min_span_code`` instead:
+code repeats verbatim for good reasons (CPython's stdlib holds periodic
+stretches up to 1,030 characters; no real loop in the corpus is code-shaped).
+
+The period cap must sit above every period ever measured (89-409 so far): a cap
+below the real period fails silently, which is how the seed plugin once missed
+a 409-character loop. Reasoning needs a longer span (384) than text (256)
+because reasoning restates plans; 384 caught 40 of 56 real reasoning-only
+stalls in the seed's corpus where 512 caught none.
+
+Cost: instead of testing 512 periods at every character, each step of at most
+``_step`` characters looks up where a short anchor inside every candidate
+window recurred (``str.rfind``, in C); only those shifts are verified. Clean
+text yields almost no candidates, so the cost per character stays flat however
+long the stream grows, and the memory is the last ``max(min_span, 2 *
+max_period)`` characters plus one step.
+"""
+
+from __future__ import annotations
+
+from loopbreak._config import CycleConfig
+from loopbreak._engine.shape import looks_like_code
+from loopbreak._engine.trip import Channel, Trip
+
+CYCLE = "cycle"
+_ANCHOR_CHARS = 32
+
+
+def _match_run_back(buf: str, end: int, period: int, cap: int) -> int:
+    """How many characters before ``end`` equal the character ``period`` before them."""
+    high = min(cap, end - period)
+    if high <= 0:
+        return 0
+    if buf[end - high : end] == buf[end - high - period : end - period]:
+        return high
+    low = 0
+    high -= 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if buf[end - mid : end] == buf[end - mid - period : end - period]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+class CycleDetector:
+    """Periodic tail of one channel, judged exactly at every character."""
+
+    def __init__(self, config: CycleConfig | None = None, channel: Channel = "reasoning",
+                 min_span: int | None = None) -> None:
+        cfg = config or CycleConfig()
+        self._channel: Channel = channel
+        self._max_period = cfg.max_period
+        self._min_distinct = cfg.min_distinct
+        if min_span is None:
+            min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+        self._min_span = min_span
+        self._min_span_code = max(min_span, cfg.min_span_code)
+        # Every qualifying window ends in a run of matches at least this long.
+        self._half = (min_span + 1) // 2
+        self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
+        # A step this short keeps the anchor inside every window ending in it.
+        self._step = self._half - self._anchor + 1
+        self._keep = max(self._min_span_code, 2 * self._max_period) + self._step + self._anchor + 1
+        self._buf = ""
+        self._base = 0
+        self._done = 0
+        self._consumed = 0
+
+    @property
+    def consumed(self) -> int:
+        return self._consumed
+
+    def reset(self) -> None:
+        self._buf = ""
+        self._base = self._done = self._consumed = 0
+
+    def feed(self, delta: str) -> Trip | None:
+        self._consumed += len(delta)
+        if not self._max_period:
+            return None
+        step = self._step
+        for start in range(0, len(delta), step):
+            hit = self._advance(delta[start : start + step])
+            if hit is not None:
+                at, period = hit
+                unit = self._buf[at - self._base - period : at - self._base]
+                code = looks_like_code(unit + unit)
+                span = max(self._min_span_code if code else self._min_span, 2 * period)
+                return Trip(CYCLE, self._channel, self._consumed, at, {
+                    "period": period,
+                    "span": span,
+                    "code": code,
+                    "unit": unit[:120],
+                })
+        return None
+
+    def _advance(self, piece: str) -> tuple[int, int] | None:
+        n0 = self._done
+        n1 = n0 + len(piece)
+        self._done = n1
+        buf = self._buf + piece
+        if len(buf) > 2 * self._keep:
+            cut = len(buf) - self._keep
+            buf = buf[cut:]
+            self._base += cut
+        self._buf = buf
+        if n1 < self._min_span:
+            return None
+        base, g = self._base, self._anchor
+        rel = n1 - self._half - base
+        anchor = buf[rel : rel + g]
+        low = max(0, rel - self._max_period)
+        end = rel - 1 + g
+        best: tuple[int, int] | None = None
+        while end - low >= g:
+            q = buf.rfind(anchor, low, end)
+            if q < 0:
+                break
+            period = rel - q
+            at = self._earliest(n0, n1, period)
+            if at is not None and (best is None or at < best[0]):
+                best = (at, period)
+                if at == n0 + 1:
+                    break
+            end = q - 1 + g
+        return best
+
+    def _earliest(self, n0: int, n1: int, period: int) -> int | None:
+        """The first ``m`` in (n0, n1] where the window of ``period`` qualifies."""
+        need = max(self._min_span, 2 * period) - period
+        need_code = max(self._min_span_code, 2 * period) - period
+        buf, base = self._buf, self._base
+        run = _match_run_back(buf, n0 - base, period, need_code)
+        if run + (n1 - n0) < need:
+            return None
+        # Every qualifying unit is a rotation of the same cycle: judge its shape once.
+        shape_need: int | None = None
+        for i in range(n0 - base, n1 - base):
+            if i >= period and buf[i] == buf[i - period]:
+                run += 1
+            else:
+                run = 0
+            m = i + 1
+            if run >= need and m + base >= need + period:
+                if shape_need is None:
+                    unit = buf[m - period : m]
+                    if len(set(unit)) < self._min_distinct:
+                        return None
+                    shape_need = need_code if looks_like_code(unit + unit) else need
+                if run >= shape_need and m + base >= shape_need + period:
+                    return m + base
+        return None

@@ -1,0 +1,112 @@
+"""degeneracy: blocks that no longer carry meaning (symbol and emoji floods).
+
+Catches ``*** *** ***`` walls, one endless ``*`` run, rotating or all-distinct
+emoji floods and CJK punctuation soup: shapes that need not repeat (200
+distinct emoji cycled with a stride co-prime to the block never give two equal
+blocks, so block-repeat is blind to them by construction).
+
+Each block is classed character by character (space, emoji, meaning, symbol;
+see ``charclass``). The gate: meaning over non-space at most
+``max_meaning_share``. A block with real words can never be degenerate, which
+excludes markdown tables, code, JSON and ``====`` rules with prose around them
+by construction. Behind the gate the evidence flags vote:
+
+* noisy: symbols + emoji over non-space >= ``min_noise_share``;
+* low-variety: distinct characters / min(non-space, ``variety_window``) <= ``max_variety``;
+* run-heavy: a symbol run >= ``long_run_chars``, or >= ``min_runs`` runs of >= ``run_chars``;
+* emoji-flood: >= ``min_emoji`` emoji making >= ``min_emoji_share`` of non-space.
+
+A block is degenerate with the gate and >= ``min_evidence`` flags;
+``streak`` degenerate blocks in a row trip, named emoji-flood (the emoji flag is
+up), symbol-flood (symbols alone are noisy or run-heavy) or degenerate-output.
+Known limits: pure-symbol ASCII art without labels can trip (raise ``streak``);
+a wall that is 95% symbols and 5% words passes the gate by design.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loopbreak._config import DegeneracyConfig
+from loopbreak._engine.blocks import BlockCutter
+from loopbreak._engine.charclass import EMOJI, MEANING, SPACE, SYMBOL, class_string
+from loopbreak._engine.trip import Channel, Trip
+
+EMOJI_FLOOD = "emoji-flood"
+SYMBOL_FLOOD = "symbol-flood"
+DEGENERATE_OUTPUT = "degenerate-output"
+
+
+class DegeneracyDetector:
+    """The degeneracy rule over disjoint blocks of one channel."""
+
+    def __init__(self, config: DegeneracyConfig | None = None,
+                 channel: Channel = "reasoning") -> None:
+        self._config = config or DegeneracyConfig()
+        self._channel: Channel = channel
+        self._cutter = BlockCutter(self._config.block_chars)
+        self._run = 0
+        self._symbol_run = re.compile(f"{SYMBOL}{{{self._config.run_chars},}}")
+
+    @property
+    def consumed(self) -> int:
+        return self._cutter.consumed
+
+    def reset(self) -> None:
+        self._cutter.reset()
+        self._run = 0
+
+    def feed(self, delta: str) -> Trip | None:
+        for block, end in self._cutter.push(delta):
+            evidence = self.judge_block(block)
+            self._run = self._run + 1 if evidence is not None else 0
+            if evidence is not None and self._run >= self._config.streak:
+                rule = str(evidence.pop("rule"))
+                evidence["streak"] = self._run
+                return Trip(rule, self._channel, self.consumed, end, evidence)
+        return None
+
+    def judge_block(self, block: str) -> dict[str, object] | None:
+        """The evidence that makes ``block`` degenerate, or ``None`` if it is not."""
+        cfg = self._config
+        classes = class_string(block)
+        nonspace = len(classes) - classes.count(SPACE)
+        if nonspace == 0:
+            return None
+        meaning = classes.count(MEANING)
+        if meaning > cfg.max_meaning_share * nonspace:
+            return None
+        emoji = classes.count(EMOJI)
+        symbols = classes.count(SYMBOL)
+        flags: list[str] = []
+        if symbols + emoji >= cfg.min_noise_share * nonspace:
+            flags.append("noisy")
+        visible = {ch for ch, cls in zip(block, classes) if cls != SPACE}
+        variety = len(visible) / min(nonspace, cfg.variety_window)
+        if variety <= cfg.max_variety:
+            flags.append("low-variety")
+        runs = [len(m) for m in self._symbol_run.findall(classes)]
+        longest = max(runs, default=0)
+        if longest >= cfg.long_run_chars or len(runs) >= cfg.min_runs:
+            flags.append("run-heavy")
+        emoji_flood = emoji >= cfg.min_emoji and emoji >= cfg.min_emoji_share * nonspace
+        if emoji_flood:
+            flags.append("emoji-flood")
+        if len(flags) < cfg.min_evidence:
+            return None
+        if emoji_flood:
+            rule = EMOJI_FLOOD
+        elif symbols >= cfg.min_noise_share * nonspace or "run-heavy" in flags:
+            rule = SYMBOL_FLOOD
+        else:
+            rule = DEGENERATE_OUTPUT
+        return {
+            "rule": rule,
+            "flags": flags,
+            "meaning": round(meaning / nonspace, 3),
+            "noise": round((symbols + emoji) / nonspace, 3),
+            "variety": round(variety, 3),
+            "runs": len(runs),
+            "longest_run": longest,
+            "emoji": emoji,
+        }

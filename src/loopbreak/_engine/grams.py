@@ -1,0 +1,89 @@
+"""Character n-grams: block shingles and a bounded set of a whole call's 4-grams."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def shingles(block: str, size: int, step: int) -> frozenset[str]:
+    """The ``size``-character substrings of ``block`` taken every ``step`` characters."""
+    last = len(block) - size
+    if last < 0:
+        return frozenset((block,)) if block else frozenset()
+    return frozenset([block[i : i + size] for i in range(0, last + 1, step)])
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a ∩ b| / |a ∪ b|, 0.0 for two empty sets."""
+    if not a or not b:
+        return 0.0
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
+
+
+class GramSet:
+    """Every distinct 4-character substring of a stream, within a memory bound.
+
+    Exact while the stream has at most ``cap`` distinct grams (a 2,048-character
+    call has at most 2,045). Past that it keeps a consistent hash sample: grams
+    whose hash has ``level`` low zero bits, halving the sample each time it
+    overflows. Two sets compared at the same level estimate containment without
+    bias, so a 1 MB call costs no more memory than a 64 kB one.
+    """
+
+    __slots__ = ("_size", "_cap", "_grams", "_level", "_carry", "_consumed")
+
+    def __init__(self, size: int = 4, cap: int = 1 << 16) -> None:
+        self._size = size
+        self._cap = cap
+        self._grams: set[str] = set()
+        self._level = 0
+        self._carry = ""
+        self._consumed = 0
+
+    @property
+    def level(self) -> int:
+        """How many times the sample has been halved (0 = exact)."""
+        return self._level
+
+    @property
+    def consumed(self) -> int:
+        """Characters fed so far."""
+        return self._consumed
+
+    def __len__(self) -> int:
+        return len(self._grams)
+
+    def feed(self, delta: str) -> None:
+        """Add the grams that end inside ``delta``."""
+        if not delta:
+            return
+        self._consumed += len(delta)
+        text = self._carry + delta
+        size = self._size
+        new: Iterable[str] = (text[i : i + size] for i in range(len(text) - size + 1))
+        if self._level:
+            mask = (1 << self._level) - 1
+            new = (g for g in new if not hash(g) & mask)
+        self._grams.update(new)
+        self._carry = text[-(size - 1) :] if size > 1 else ""
+        while len(self._grams) > self._cap:
+            self._level += 1
+            mask = (1 << self._level) - 1
+            self._grams = {g for g in self._grams if not hash(g) & mask}
+
+    def sample(self, level: int) -> set[str]:
+        """The grams kept at ``level`` (``level >= self.level``)."""
+        if level == self._level:
+            return self._grams
+        mask = (1 << level) - 1
+        return {g for g in self._grams if not hash(g) & mask}
+
+    def containment(self, other: GramSet) -> float:
+        """|A ∩ B| / min(|A|, |B|): how much of the smaller set the larger one holds."""
+        level = max(self._level, other._level)
+        mine, theirs = self.sample(level), other.sample(level)
+        if not mine or not theirs:
+            return 0.0
+        small, large = (mine, theirs) if len(mine) <= len(theirs) else (theirs, mine)
+        return len(small & large) / len(small)

@@ -1,0 +1,98 @@
+"""Every text the model reads, in one place, per language.
+
+What the model must learn after a cut: how many characters of repeating
+reasoning or output were cut, not to repeat them, and to carry on with its
+task. Never to conclude or finish: that derails work in progress.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Language = Literal["en", "zh"]
+LANGUAGES: tuple[Language, ...] = ("en", "zh")
+
+TEXTS: dict[Language, dict[str, str]] = {
+    "en": {
+        "cut.reasoning": (
+            "[loopbreak] {chars} characters of your reasoning were cut because they kept "
+            "repeating ({rule}). Do not repeat that reasoning. Carry on with the task from "
+            "where it stands: take the next concrete step."
+        ),
+        "cut.text": (
+            "[loopbreak] {chars} characters of your output were cut because they kept "
+            "repeating ({rule}). Do not repeat that output. Carry on with the task from "
+            "where it stands."
+        ),
+        "stall": (
+            "[loopbreak] Your last {calls} model calls only thought (or restated earlier "
+            "thinking) without acting. Do not restate the plan again. Carry on with the "
+            "task: take the next concrete step with a tool call or an answer."
+        ),
+        "tool.guidance": (
+            "[loopbreak] This exact call to `{tool}` has now failed {failures} times in this "
+            "turn with the same error. Repeating it will fail again. Change the approach: "
+            "different arguments, a different tool, or check your assumptions first.\n"
+            "The error was:\n{error}"
+        ),
+        "tool.denied": (
+            "[loopbreak] This call to `{tool}` was not run: the identical call already "
+            "failed {failures} times in this turn. Do not send it again unchanged. Change "
+            "the approach (different arguments or a different tool) and carry on with "
+            "the task."
+        ),
+        "post_trip": (
+            "[loopbreak] Earlier in this step your reasoning was cut for repeating itself. "
+            "Keep going with the task without re-deliberating what is already decided."
+        ),
+    },
+    "zh": {
+        "cut.reasoning": (
+            "[loopbreak] 你的思考中有 {chars} 个字符在不断重复（{rule}），已被截断。"
+            "不要重复这些思考。请从当前进度继续完成任务：执行下一个具体步骤。"
+        ),
+        "cut.text": (
+            "[loopbreak] 你的输出中有 {chars} 个字符在不断重复（{rule}），已被截断。"
+            "不要重复这些输出。请从当前进度继续完成任务。"
+        ),
+        "stall": (
+            "[loopbreak] 你最近的 {calls} 次模型调用只在思考（或复述之前的思考），没有行动。"
+            "不要再复述计划。请继续完成任务：用一次工具调用或回答执行下一个具体步骤。"
+        ),
+        "tool.guidance": (
+            "[loopbreak] 对 `{tool}` 的这个完全相同的调用在本轮中已以相同的错误失败 {failures} 次。"
+            "重复它还会失败。请换一种做法：换参数、换工具，或先检查你的假设。\n"
+            "错误信息：\n{error}"
+        ),
+        "tool.denied": (
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行：完全相同的调用在本轮中已失败 {failures} 次。"
+            "不要原样再发。请换一种做法（换参数或换工具），继续完成任务。"
+        ),
+        "post_trip": (
+            "[loopbreak] 本步骤中你的思考因不断重复而被截断。请继续推进任务，不要重新斟酌已经决定的事。"
+        ),
+    },
+}
+
+
+def detect_language(sample: str) -> Language:
+    """``zh`` when CJK characters make up at least a fifth of the letters in ``sample``."""
+    cjk = letters = 0
+    for ch in sample[-4000:]:
+        if ch.isalpha():
+            letters += 1
+            if "\u3400" <= ch <= "\u9fff" or "\uf900" <= ch <= "\ufaff":
+                cjk += 1
+    return "zh" if letters and cjk * 5 >= letters else "en"
+
+
+def resolve_language(setting: str, sample: str = "") -> Language:
+    """The language to write in: the setting, or the sample's when the setting is ``auto``."""
+    if setting in LANGUAGES:
+        return setting  # type: ignore[return-value]
+    return detect_language(sample)
+
+
+def render(name: str, language: Language = "en", **values: object) -> str:
+    """The text ``name`` in ``language`` with ``values`` filled in."""
+    return TEXTS[language][name].format(**values)

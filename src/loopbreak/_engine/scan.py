@@ -1,0 +1,46 @@
+"""``loopbreak.scan``: judge one finished stream in-process, as ``loopbreak scan`` does."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import ChannelGuard
+from loopbreak._engine.trip import CHANNELS, Channel, Trip
+from loopbreak._errors import InputError
+
+DEFAULT_DELTA_CHARS = 32
+
+
+def iter_deltas(text: str, delta_chars: int = DEFAULT_DELTA_CHARS) -> Iterable[str]:
+    """``text`` cut into deltas of ``delta_chars`` characters, as a stream would bring it."""
+    if delta_chars < 1:
+        raise InputError(f"delta_chars must be >= 1, not {delta_chars}")
+    return (text[i : i + delta_chars] for i in range(0, len(text), delta_chars))
+
+
+def scan(
+    text_or_pieces: str | Iterable[str],
+    channel: Channel = "reasoning",
+    config: Config | None = None,
+    *,
+    delta_chars: int = DEFAULT_DELTA_CHARS,
+) -> Trip | None:
+    """The first trip of a stream through a fresh engine with every single-call rule of
+    ``channel``, or ``None``.
+
+    A string is fed in deltas of ``delta_chars``; an iterable of strings is fed
+    piece by piece, exactly as given.
+    """
+    if channel not in CHANNELS:
+        raise InputError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
+    pieces = iter_deltas(text_or_pieces, delta_chars) if isinstance(text_or_pieces, str) \
+        else text_or_pieces
+    guard = ChannelGuard(channel, config or Config())
+    for i, piece in enumerate(pieces):
+        if not isinstance(piece, str):
+            raise InputError(f"piece {i} must be a string, not {type(piece).__name__}")
+        trip = guard.feed(piece)
+        if trip is not None:
+            return trip
+    return None

@@ -1,0 +1,156 @@
+"""tool-failure: the same failing tool call re-sent again and again in one turn.
+
+A call's key is the tool name plus a canonical form of its arguments (sorted
+keys, bounded depth and size). Arguments are not number-normalised: a changed
+line number is a new call, and a new call deserves its chance. A failure's
+signature adds the error code and the error text normalised (lower case, hex ->
+``<hex>``, digit runs -> ``<n>``, whitespace collapsed, first ``error_chars``).
+
+Within one turn: from the ``steer_from``-th failure of a signature on, the result
+the model sees carries guidance to change approach (with the original error);
+once a key has failed ``deny_after`` times, the next identical call is denied
+before dispatch with a reason. A success of a key lifts its denial and clears
+its counts; a new turn starts clean. The gate can only use the key: before
+dispatch there is no result yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loopbreak._config import ToolFailureConfig
+from loopbreak._engine.notices import Language, render
+
+_HEX = re.compile(r"0x[0-9a-f]+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b")
+_DIGITS = re.compile(r"\d+")
+_SPACE = re.compile(r"\s+")
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _bounded(value: Any, depth: int) -> Any:
+    """``value`` with dict keys sorted and anything deeper than ``depth`` replaced by a digest."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return "<" + _digest(json.dumps(value, sort_keys=True, default=str)) + ">"
+        return {str(k): _bounded(v, depth - 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        if depth <= 0:
+            return "<" + _digest(json.dumps(value, sort_keys=True, default=str)) + ">"
+        return [_bounded(v, depth - 1) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 4096) -> str:
+    """The arguments of a tool call as one stable string.
+
+    A JSON string is parsed first (OpenAI streams arguments as text); text that is
+    not JSON is used as it is, stripped. Past ``max_chars`` the string keeps its
+    head and a digest of the whole, so it stays bounded and still distinct.
+    """
+    if isinstance(arguments, (bytes, bytearray)):
+        arguments = arguments.decode("utf-8", "replace")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            arguments = arguments.strip()
+    text = json.dumps(_bounded(arguments, max_depth), sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"), default=str)
+    if len(text) > max_chars:
+        text = f"{text[: max_chars - 20]}…#{_digest(text)}"
+    return text
+
+
+def normalise_error(text: str, max_chars: int = 160) -> str:
+    """Error text with what changes between identical failures taken out."""
+    text = _HEX.sub("<hex>", text.lower())
+    text = _DIGITS.sub("<n>", text)
+    return _SPACE.sub(" ", text).strip()[:max_chars]
+
+
+@dataclass(frozen=True)
+class ToolDecision:
+    """Whether a tool call may be dispatched; ``reason`` is what the model reads if not."""
+
+    allowed: bool
+    reason: str | None = None
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class ToolGuidance:
+    """Text that goes with a failing tool result the model will read."""
+
+    text: str
+    mode: Literal["prefix", "replace"]
+    failures: int
+
+    def apply(self, result: str) -> str:
+        """The result as the model should see it."""
+        if self.mode == "replace":
+            return self.text
+        return f"{self.text}\n\n{result}" if result else self.text
+
+
+class ToolFailureBreaker:
+    """Per-turn failure counts by key and by signature."""
+
+    def __init__(self, config: ToolFailureConfig | None = None) -> None:
+        self._config = config or ToolFailureConfig()
+        self._key_failures: dict[str, int] = {}
+        self._signature_failures: dict[str, dict[tuple[str, str], int]] = {}
+
+    def key(self, name: str, arguments: Any) -> str:
+        """The key of a call: tool name and canonical arguments."""
+        cfg = self._config
+        return f"{name}\x00{canonical_arguments(arguments, cfg.max_arg_depth, cfg.max_arg_chars)}"
+
+    def start_turn(self) -> None:
+        """A new turn starts clean."""
+        self._key_failures.clear()
+        self._signature_failures.clear()
+
+    def failures(self, name: str, arguments: Any) -> int:
+        """How often this exact call failed in this turn."""
+        return self._key_failures.get(self.key(name, arguments), 0)
+
+    def before(self, name: str, arguments: Any, language: Language = "en") -> ToolDecision:
+        """Allow or deny a call before it is dispatched."""
+        cfg = self._config
+        if not cfg.enabled:
+            return ToolDecision(True)
+        failures = self._key_failures.get(self.key(name, arguments), 0)
+        if failures >= cfg.deny_after:
+            return ToolDecision(False, render("tool.denied", language, tool=name, failures=failures),
+                                failures)
+        return ToolDecision(True, None, failures)
+
+    def after(self, name: str, arguments: Any, *, failed: bool, error_code: str | None = None,
+              error_text: str = "", language: Language = "en") -> ToolGuidance | None:
+        """Record a result; a failure repeated often enough gets guidance."""
+        cfg = self._config
+        if not cfg.enabled:
+            return None
+        key = self.key(name, arguments)
+        if not failed:
+            self._key_failures.pop(key, None)
+            self._signature_failures.pop(key, None)
+            return None
+        self._key_failures[key] = self._key_failures.get(key, 0) + 1
+        signature = (error_code or "", normalise_error(error_text, cfg.error_chars))
+        counts = self._signature_failures.setdefault(key, {})
+        count = counts[signature] = counts.get(signature, 0) + 1
+        if count < cfg.steer_from:
+            return None
+        text = render("tool.guidance", language, tool=name, failures=count,
+                      error=error_text.strip() or error_code or "(no error text)")
+        return ToolGuidance(text, "replace" if cfg.guidance == "replace" else "prefix", count)
