@@ -86,11 +86,10 @@ __all__ = [
     "scan",
 ]
 
+# Show public names as ``loopbreak.X`` (in reprs and docs), not as the private module
+# they live in.
 for _name in __all__:
     _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and getattr(_obj, "__module__", "").startswith("loopbreak."):
-        try:
-            _obj.__module__ = "loopbreak"
-        except (AttributeError, TypeError):
-            pass
+    if getattr(_obj, "__module__", "").startswith("loopbreak.") and isinstance(_obj, type):
+        _obj.__module__ = "loopbreak"
 del _name, _obj

@@ -17,9 +17,10 @@ import difflib
 import math
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from loopbreak._errors import ConfigError
 
@@ -113,8 +114,9 @@ class BlockRepeatConfig(_Section):
                                low=1, high=1000, off=0)
     novelty_streak_code: int = _key(20, "The same when a block of the streak is shaped like "
                                     "code or data (0 = off).", low=1, high=1000, off=0)
-    exact_streak: int = _key(4, "Consecutive prose blocks identical to an earlier one that trip "
-                             "exact-repeat (0 = off).", low=1, high=1000, off=0)
+    exact_streak: int = _key(3, "Consecutive prose blocks identical to an earlier one that trip "
+                             "exact-repeat (0 = off); 1 trips clean text.", low=1, high=1000,
+                             off=0)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ class DegeneracyConfig(_Section):
     block_chars: int = _key(128, "Block size.", low=16, high=4096)
     max_meaning_share: float = _key(0.08, "Gate: letters+digits over non-space at most this; a "
                                     "block with words is never degenerate.", low=0.0, high=1.0)
+    min_ink_share: float = _key(0.25, "Blocks with less non-space than this are layout (blank "
+                                "table rows), not floods.", low=0.0, high=1.0)
     min_noise_share: float = _key(0.65, "noisy: symbols+emoji over non-space at least this.",
                                   low=0.0, high=1.0)
     max_variety: float = _key(0.3, "low-variety: distinct chars / min(non-space, window) at most.",
@@ -164,7 +168,8 @@ class CycleConfig(_Section):
 class LinesConfig(_Section):
     """lines: a phrase pool, a loop with no period because its lines are reshuffled."""
 
-    min_mass: int = _key(2048, "Characters of repeated lines that trip (0 = off).",
+    min_mass: int = _key(1024, "Characters of repeated lines that trip (0 = off); every mass "
+                         "from 512 to 2048 trips no clean stream, 1024 halves the seed's cut.",
                          low=64, high=1 << 24, off=0)
     min_coverage: float = _key(0.6, "Share of counted characters in repeated lines.",
                                low=0.0, high=1.0)
@@ -338,7 +343,8 @@ def _build(base: Config, values: Mapping[str, tuple[Any, str]]) -> tuple[Config,
 
 def _parse_env(key: str, raw: str, var: str) -> Any:
     f = _FIELDS[key]
-    kind = type(f.default)
+    default: Any = f.default
+    kind = type(default)
     text = raw.strip()
     try:
         if kind is bool:

@@ -37,7 +37,7 @@ class Sample:
 @cache
 def data_text(name: str) -> str:
     """A clean text bundled with the package."""
-    return resources.files("loopbreak").joinpath("_data", name).read_text(encoding="utf-8")
+    return resources.files("loopbreak").joinpath("_data").joinpath(name).read_text(encoding="utf-8")
 
 
 def _prefix() -> str:
@@ -47,9 +47,10 @@ def _prefix() -> str:
 
 
 def verbatim_loop(length: int = 20_000) -> Sample:
-    """A short phrase cycle repeated in the same order (period 91)."""
+    """A short phrase cycle repeated in the same order (period 78)."""
     prefix = _prefix()
-    unit = "Let me write the test now.\n\nOK.\n\nGo.\n\nWriting the file.\n\nNow.\n\nLet me do it.\n\n"
+    unit = ("Let me write the test now.\n\nOK.\n\nGo.\n\nWriting the file.\n\nNow.\n\n"
+            "Let me do it.\n\n")
     body = unit * (length // len(unit) + 1)
     return Sample("verbatim", "verbatim reasoning loop", "reasoning",
                   (prefix + body)[:length], len(prefix))
@@ -142,6 +143,22 @@ def answer_loop(length: int = 12_000) -> Sample:
                   len(intro))
 
 
+def block_aligned_loop(length: int = 12_000) -> Sample:
+    """A loop whose 64-character unit divides the block size: its blocks repeat exactly."""
+    prefix = _prefix()
+    unit = "Checking the upload loop again: it still retries at once. OK.\n\n\n"
+    body = unit * (length // len(unit) + 1)
+    return Sample("block-aligned", "loop aligned with the block size", "reasoning",
+                  (prefix + body)[:length], len(prefix))
+
+
+def token_repeat(length: int = 6_000) -> Sample:
+    """A visible answer stuck on one token, streamed one token per delta."""
+    intro = "好的，我来总结一下上传客户端的修改。\n\n"
+    body = "好。" * ((length - len(intro)) // 2)
+    return Sample("token-repeat", "answer stuck on one token", "text", intro + body, len(intro))
+
+
 def clean_reasoning() -> Sample:
     return Sample("clean-reasoning", "clean reasoning trace", "reasoning",
                   data_text("clean_reasoning.txt"))
@@ -159,12 +176,35 @@ def clean_code() -> Sample:
 def loop_samples() -> list[Sample]:
     """Every loop shape this project generates."""
     return [verbatim_loop(), phrase_pool(), star_flood(), emoji_flood(), counter_loop(),
-            cjk_loop(), answer_loop()]
+            cjk_loop(), block_aligned_loop(), answer_loop(), token_repeat()]
+
+
+def table_template(blank_rows: int = 8) -> Sample:
+    """An answer a user asked for: a template table with wide rows left blank on purpose
+    (a real AlpacaEval answer has three; this one has more)."""
+    widths = (20, 14, 8, 15, 15, 16, 19, 10, 7)
+
+    def row(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |\n"
+
+    examples = [("Netflix", "Streaming", "$15.99", "Monthly", "15th", "Credit card",
+                 "me@example.com", "me", "Family"),
+                ("Gym", "Fitness", "$50", "Monthly", "5th", "Bank transfer", "me@example.com",
+                 "member 7", "24/7"),
+                ("Microsoft 365", "Software", "$69.99", "Yearly", "March 15", "Credit card",
+                 "me@example.com", "me", "Family")]
+    header = row(("Subscription", "Type", "Cost", "Billing cycle", "Renewal", "Payment",
+                  "Account", "User", "Notes"))
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|\n"
+    text = ("Here's a template table for keeping track of all subscriptions:\n\n" + header
+            + rule + "".join(row(e) for e in examples) + row(("",) * 9) * blank_rows
+            + "\nFill in one row per service and sort by renewal date.\n")
+    return Sample("table-template", "template table with blank rows", "text", text)
 
 
 def clean_samples() -> list[Sample]:
     """Every clean stream bundled with the project."""
-    return [clean_reasoning(), clean_reasoning_zh(), clean_code()]
+    return [clean_reasoning(), clean_reasoning_zh(), clean_code(), table_template()]
 
 
 def demo_samples() -> list[Sample]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 class BlockCutter:
     """Collects deltas and hands back every block as soon as it is complete."""
 
-    __slots__ = ("_size", "_pending", "_consumed")
+    __slots__ = ("_consumed", "_pending", "_size")
 
     def __init__(self, size: int) -> None:
         if size < 1:

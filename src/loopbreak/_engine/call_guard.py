@@ -9,8 +9,8 @@ rules that judge across calls.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Hashable
 
 from loopbreak._config import Config
 from loopbreak._engine.detectors import (
@@ -51,7 +51,7 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
 class ChannelGuard:
     """The rules of one channel: feeds each delta to all of them, keeps the earliest trip."""
 
-    __slots__ = ("channel", "_detectors", "_consumed", "trip")
+    __slots__ = ("_consumed", "_detectors", "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None) -> None:
         self.channel: Channel = channel

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def shingles(block: str, size: int, step: int) -> frozenset[str]:
@@ -31,7 +31,7 @@ class GramSet:
     bias, so a 1 MB call costs no more memory than a 64 kB one.
     """
 
-    __slots__ = ("_size", "_cap", "_grams", "_level", "_carry", "_consumed")
+    __slots__ = ("_cap", "_carry", "_consumed", "_grams", "_level", "_size")
 
     def __init__(self, size: int = 4, cap: int = 1 << 16) -> None:
         self._size = size

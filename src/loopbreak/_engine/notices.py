@@ -65,11 +65,13 @@ TEXTS: dict[Language, dict[str, str]] = {
             "错误信息：\n{error}"
         ),
         "tool.denied": (
-            "[loopbreak] 对 `{tool}` 的这个调用没有执行：完全相同的调用在本轮中已失败 {failures} 次。"
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行："
+            "完全相同的调用在本轮中已失败 {failures} 次。"
             "不要原样再发。请换一种做法（换参数或换工具），继续完成任务。"
         ),
         "post_trip": (
-            "[loopbreak] 本步骤中你的思考因不断重复而被截断。请继续推进任务，不要重新斟酌已经决定的事。"
+            "[loopbreak] 本步骤中你的思考因不断重复而被截断。"
+            "请继续推进任务，不要重新斟酌已经决定的事。"
         ),
     },
 }
@@ -89,7 +91,7 @@ def detect_language(sample: str) -> Language:
 def resolve_language(setting: str, sample: str = "") -> Language:
     """The language to write in: the setting, or the sample's when the setting is ``auto``."""
     if setting in LANGUAGES:
-        return setting  # type: ignore[return-value]
+        return setting
     return detect_language(sample)
 
 

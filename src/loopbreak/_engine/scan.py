@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import ChannelGuard

@@ -39,7 +39,8 @@ def _bounded(value: Any, depth: int) -> Any:
     if isinstance(value, dict):
         if depth <= 0:
             return "<" + _digest(json.dumps(value, sort_keys=True, default=str)) + ">"
-        return {str(k): _bounded(v, depth - 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        items = sorted(value.items(), key=lambda kv: str(kv[0]))
+        return {str(k): _bounded(v, depth - 1) for k, v in items}
     if isinstance(value, (list, tuple)):
         if depth <= 0:
             return "<" + _digest(json.dumps(value, sort_keys=True, default=str)) + ">"
@@ -130,8 +131,8 @@ class ToolFailureBreaker:
             return ToolDecision(True)
         failures = self._key_failures.get(self.key(name, arguments), 0)
         if failures >= cfg.deny_after:
-            return ToolDecision(False, render("tool.denied", language, tool=name, failures=failures),
-                                failures)
+            reason = render("tool.denied", language, tool=name, failures=failures)
+            return ToolDecision(False, reason, failures)
         return ToolDecision(True, None, failures)
 
     def after(self, name: str, arguments: Any, *, failed: bool, error_code: str | None = None,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Protocol
+from typing import Any, Literal, Protocol
 
 Channel = Literal["reasoning", "text"]
 """The streamed channels the single-call rules watch.

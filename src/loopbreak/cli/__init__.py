@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from loopbreak import __version__
 from loopbreak._errors import LoopbreakError
@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("loopbreak.cli.scan", "judge streams given as JSONL or text files (batch contract)"),
     "demo": ("loopbreak.cli.demo", "replay bundled loops and clean streams through the engine"),
     "bench": ("loopbreak.cli.bench", "measure engine throughput against peer packages"),
+    "calibrate": ("loopbreak.cli.calibrate", "sweep rule thresholds over labelled corpora"),
     "config": ("loopbreak.cli.config", "print the effective configuration and where it came from"),
 }
 
@@ -34,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments: Callable[[argparse.ArgumentParser], None] = getattr(
-            importlib.import_module(module), "add_arguments"
+        add_arguments: Callable[[argparse.ArgumentParser], None] = (
+            importlib.import_module(module).add_arguments
         )
         add_arguments(command)
     return parser
@@ -53,9 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
-    run: Callable[[argparse.Namespace], int] = getattr(
-        importlib.import_module(COMMANDS[args.command][0]), "run"
-    )
+    module = importlib.import_module(COMMANDS[args.command][0])
+    run: Callable[[argparse.Namespace], int] = module.run
     try:
         return run(args)
     except LoopbreakError as exc:

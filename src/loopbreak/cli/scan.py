@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from loopbreak._config import Config, load_config
 from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, scan
@@ -27,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="FILE",
                         help="JSONL files or .txt files (stdin when none, or '-')")
     parser.add_argument("--delta-chars", type=int, default=DEFAULT_DELTA_CHARS, metavar="N",
-                        help=f"feed 'text' in deltas of N characters (default {DEFAULT_DELTA_CHARS})")
+                        help="feed 'text' in deltas of N characters "
+                             f"(default {DEFAULT_DELTA_CHARS})")
     parser.add_argument("--channel", choices=CHANNELS, default="reasoning",
                         help="channel of streams that do not name one (default reasoning)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")

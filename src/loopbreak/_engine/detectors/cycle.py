@@ -76,6 +76,10 @@ class CycleDetector:
         self._base = 0
         self._done = 0
         self._consumed = 0
+        # Match runs measured at the end of the last step, by period: a loop offers the
+        # same candidate periods step after step, and their runs only grow.
+        self._runs: dict[int, int] = {}
+        self._next_runs: dict[int, int] = {}
 
     @property
     def consumed(self) -> int:
@@ -84,6 +88,8 @@ class CycleDetector:
     def reset(self) -> None:
         self._buf = ""
         self._base = self._done = self._consumed = 0
+        self._runs.clear()
+        self._next_runs.clear()
 
     def feed(self, delta: str) -> Trip | None:
         self._consumed += len(delta)
@@ -134,6 +140,8 @@ class CycleDetector:
                 if at == n0 + 1:
                     break
             end = q - 1 + g
+        self._runs, self._next_runs = self._next_runs, self._runs
+        self._next_runs.clear()
         return best
 
     def _earliest(self, n0: int, n1: int, period: int) -> int | None:
@@ -141,17 +149,36 @@ class CycleDetector:
         need = max(self._min_span, 2 * period) - period
         need_code = max(self._min_span_code, 2 * period) - period
         buf, base = self._buf, self._base
-        run = _match_run_back(buf, n0 - base, period, need_code)
+        run = self._runs.get(period)
+        if run is None:
+            run = _match_run_back(buf, n0 - base, period, need_code)
+        lo, hi = n0 - base, n1 - base
+        repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
+        if repeats:
+            self._next_runs[period] = min(need_code, run + (n1 - n0))
         if run + (n1 - n0) < need:
             return None
+        if repeats:
+            # The whole step repeats (a loop in full swing): the run grows by one per character.
+            at = max(n0 + 1, n0 + need - run, need + period)
+            if at > n1:
+                return None
+            unit = buf[at - base - period : at - base]
+            if len(set(unit)) < self._min_distinct:
+                return None
+            if looks_like_code(unit + unit):
+                at = max(n0 + 1, n0 + need_code - run, need_code + period)
+            return at if at <= n1 else None
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need: int | None = None
-        for i in range(n0 - base, n1 - base):
+        for i in range(lo, hi):
             if i >= period and buf[i] == buf[i - period]:
                 run += 1
             else:
                 run = 0
             m = i + 1
+            if m == hi:
+                self._next_runs[period] = min(need_code, run)
             if run >= need and m + base >= need + period:
                 if shape_need is None:
                     unit = buf[m - period : m]

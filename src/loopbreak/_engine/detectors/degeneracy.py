@@ -9,7 +9,9 @@ Each block is classed character by character (space, emoji, meaning, symbol;
 see ``charclass``). The gate: meaning over non-space at most
 ``max_meaning_share``. A block with real words can never be degenerate, which
 excludes markdown tables, code, JSON and ``====`` rules with prose around them
-by construction. Behind the gate the evidence flags vote:
+by construction. A block whose non-space characters are fewer than
+``min_ink_share`` of it is layout (blank table rows, aligned columns), not a
+flood, and is not judged either. Behind the gates the evidence flags vote:
 
 * noisy: symbols + emoji over non-space >= ``min_noise_share``;
 * low-variety: distinct characters / min(non-space, ``variety_window``) <= ``max_variety``;
@@ -71,7 +73,7 @@ class DegeneracyDetector:
         cfg = self._config
         classes = class_string(block)
         nonspace = len(classes) - classes.count(SPACE)
-        if nonspace == 0:
+        if nonspace == 0 or nonspace < cfg.min_ink_share * len(classes):
             return None
         meaning = classes.count(MEANING)
         if meaning > cfg.max_meaning_share * nonspace:

@@ -14,19 +14,20 @@ concentration >= ``min_concentration``. Lines are stripped; lines shorter than
 ``min_line_chars`` count on neither side (generated code repeats ``}`` and ``);``
 by the hundred), and so do indented lines unless ``count_indented``: code
 repeats its lines legitimately (CPython's ``test_exception_variations.py``
-reaches coverage 0.78 at concentration 4), and no real pool line is indented. The concentration term spares real reasoning that quotes the
-same code before and after an edit (a real call was once cut at 3,712 of
-3,713 characters by a rule without it: coverage 0.64, but 1.78 sightings per
-line). The window is what makes a bleed that starts after long productive
-reasoning trip without waiting for the loop to outweigh the whole call, and
-what bounds memory. Judged at each newline, so the decision does not depend on
-how the stream is split.
+reaches coverage 0.78 at concentration 4), and no real pool line is indented.
+
+The concentration term spares real reasoning that quotes the same code before
+and after an edit (a real call was once cut at 3,712 of 3,713 characters by a
+rule without it: coverage 0.64, but 1.78 sightings per line). The window makes
+a bleed that starts after long productive reasoning trip without waiting for
+the loop to outweigh the whole call, and bounds memory. Judged at each newline,
+so the decision does not depend on how the stream is split.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable
+from collections.abc import Hashable
 
 from loopbreak._config import LinesConfig
 from loopbreak._engine.shape import is_indented
@@ -106,10 +107,7 @@ class LinesDetector:
         else:
             line = self._partial.strip()
             length = len(line)
-            if length > cfg.max_line_chars:
-                key = _Overlong()
-            else:
-                key = line
+            key = _Overlong() if length > cfg.max_line_chars else line
         self._partial = ""
         self._partial_len = 0
         self._overlong = False

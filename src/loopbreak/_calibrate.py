@@ -1,0 +1,261 @@
+"""Threshold sweeps: how each rule's parameters trade clean trips against missed loops.
+
+Every default in the README comes from one of these tables. A sweep varies one
+or two keys of one rule, runs only that rule over labelled loops and clean
+streams, and reports per setting: clean streams tripped, loops missed, and the
+characters each loop ran before its cut (after its start, where the start is
+known; from the stream's start otherwise).
+
+Clean corpora are large (the standard library is 31 MB, fed once per channel),
+so a sweep whose keys are monotone first runs its loosest setting over all of
+them; a stream that does not trip there cannot trip under a stricter setting,
+so only the ones that did are run again per setting (``tests/engine`` checks
+that monotonicity). Sweeps of keys that are not monotone (a block size, a
+window) run every setting over every stream.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopbreak._config import Config
+from loopbreak._corpus import LabelledStream
+from loopbreak._engine.detectors import (
+    BlockRepeatDetector,
+    CycleDetector,
+    DegeneracyDetector,
+    IdenticalChunksDetector,
+    LinesDetector,
+)
+from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, iter_deltas
+from loopbreak._engine.trip import Channel, Detector, Trip
+
+DetectorFactory = Callable[[Config, Channel], Detector]
+
+FACTORIES: dict[str, DetectorFactory] = {
+    "block-repeat": lambda c, ch: BlockRepeatDetector(c.block_repeat, ch),
+    "degeneracy": lambda c, ch: DegeneracyDetector(c.degeneracy, ch),
+    "cycle": lambda c, ch: CycleDetector(c.cycle, ch),
+    "lines": lambda c, ch: LinesDetector(c.lines, ch),
+    "identical-chunks": lambda c, ch: IdenticalChunksDetector(c.identical_chunks, ch),
+}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One table: a rule on a channel, the keys varied, and the settings tried."""
+
+    name: str
+    rule: str
+    channel: Channel
+    keys: tuple[str, ...]
+    values: tuple[tuple[Any, ...], ...]
+    loosest: tuple[Any, ...] | None
+    targets: tuple[str, ...]
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def aims_at(self, stream: LabelledStream) -> bool:
+        """Whether ``stream`` is a loop shape this rule exists to catch (by id or group)."""
+        return stream.id in self.targets or stream.group in self.targets
+
+    def settings(self) -> list[dict[str, Any]]:
+        """Every combination of the varied keys' values."""
+        combos: list[tuple[Any, ...]] = [()]
+        for options in self.values:
+            combos = [c + (v,) for c in combos for v in options]
+        return [dict(zip(self.keys, combo)) for combo in combos]
+
+
+@dataclass
+class SweepRow:
+    """The outcome of one setting."""
+
+    setting: dict[str, Any]
+    clean_trips: list[str]
+    misses: list[str]
+    cuts: dict[str, int]
+    is_default: bool
+
+    @property
+    def median_cut(self) -> float | None:
+        return statistics.median(self.cuts.values()) if self.cuts else None
+
+    @property
+    def max_cut(self) -> int | None:
+        return max(self.cuts.values()) if self.cuts else None
+
+
+def first_trip(detector: Detector, text: str,
+               delta_chars: int = DEFAULT_DELTA_CHARS) -> Trip | None:
+    """Feed ``text`` in deltas until ``detector`` trips."""
+    for delta in iter_deltas(text, delta_chars):
+        trip = detector.feed(delta)
+        if trip is not None:
+            return trip
+    return None
+
+
+def _config_for(sweep: Sweep, setting: dict[str, Any]) -> Config:
+    return Config().replace(**{**sweep.fixed, **setting})
+
+
+def _trips(job: tuple[Sweep, dict[str, Any], Sequence[LabelledStream]]) -> list[tuple[str, int]]:
+    sweep, setting, streams = job
+    config = _config_for(sweep, setting)
+    factory = FACTORIES[sweep.rule]
+    out = []
+    for stream in streams:
+        trip = first_trip(factory(config, sweep.channel), stream.text)
+        if trip is not None:
+            out.append((stream.id, trip.at))
+    return out
+
+
+def _chunks(items: Sequence[LabelledStream], n: int) -> list[Sequence[LabelledStream]]:
+    size = max(1, -(-len(items) // max(1, n * 4)))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def run_sweep(sweep: Sweep, loops: Sequence[LabelledStream], clean: Sequence[LabelledStream],
+              *, jobs: int = 1, progress: Callable[[int], None] | None = None) -> list[SweepRow]:
+    """Run every setting of ``sweep``; ``progress`` is told how many streams were judged."""
+    loops = [s for s in loops if sweep.aims_at(s)]
+    settings = sweep.settings()
+    passes = [dict(zip(sweep.keys, sweep.loosest))] if sweep.loosest is not None else settings
+    jobs_list = [(sweep, setting, chunk) for setting in passes for chunk in _chunks(clean, jobs)]
+    clean_hits: dict[tuple[tuple[str, Any], ...], set[str]] = {}
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    try:
+        results: Iterable[list[tuple[str, int]]] = (
+            pool.map(_trips, jobs_list) if pool else map(_trips, jobs_list)
+        )
+        for (_, setting, chunk), tripped in zip(jobs_list, results):
+            hits = clean_hits.setdefault(tuple(setting.items()), set())
+            hits.update(stream_id for stream_id, _ in tripped)
+            if progress:
+                progress(len(chunk))
+    finally:
+        if pool:
+            pool.shutdown()
+    if sweep.loosest is not None:
+        suspects = next(iter(clean_hits.values()))
+        candidates = [s for s in clean if s.id in suspects]
+        clean_hits = {tuple(setting.items()): {sid for sid, _ in _trips((sweep, setting,
+                                                                        candidates))}
+                      for setting in settings}
+    defaults = Config()
+    rows = []
+    for setting in settings:
+        loop_hits = dict(_trips((sweep, setting, loops)))
+        starts = {s.id: s.loop_start or 0 for s in loops}
+        cuts = {sid: at - starts[sid] for sid, at in loop_hits.items()}
+        is_default = all(
+            _get(defaults, key) == value for key, value in {**sweep.fixed, **setting}.items()
+        )
+        rows.append(SweepRow(setting, sorted(clean_hits[tuple(setting.items())]),
+                             [s.id for s in loops if s.id not in loop_hits], cuts, is_default))
+    return rows
+
+
+def _get(config: Config, key: str) -> Any:
+    section, name = key.split(".", 1)
+    return getattr(getattr(config, section), name)
+
+
+# The loop shapes each rule exists for (stream ids or groups). A rule is not
+# charged with missing a shape another rule owns: a symbol flood has no period.
+_PERIODIC = ("bleed-loops", "stalls", "verbatim", "block-aligned", "answer-loop")
+_POOLS = ("bleed-loops", "line-bleeds", "phrase-pool", "cjk-pool")
+_NEAR_VERBATIM = ("bleed-loops", "line-bleeds", "verbatim", "counter", "cjk-pool",
+                  "block-aligned")
+
+
+def standard_sweeps() -> list[Sweep]:
+    """The tables that justify the shipped defaults."""
+    spans = (768, 1024, 1280, 1536, 2048)
+    windows = (4096, 8192, 16384)
+    masses = (512, 768, 1024, 1536, 2048)
+    return [
+        Sweep("cycle (reasoning)", "cycle", "reasoning",
+              ("cycle.min_span_reasoning", "cycle.min_span_code"),
+              ((256, 320, 384, 448, 512), spans), (256, 768), _PERIODIC),
+        Sweep("cycle (text)", "cycle", "text",
+              ("cycle.min_span_text", "cycle.min_span_code"),
+              ((128, 192, 256, 320, 384), spans), (128, 768), _PERIODIC),
+        Sweep("cycle period cap", "cycle", "reasoning", ("cycle.max_period",),
+              ((64, 128, 256, 384, 512, 1024),), (1024,), _PERIODIC),
+        Sweep("lines mass and window (reasoning)", "lines", "reasoning",
+              ("lines.min_mass", "lines.window_chars"), (masses, windows), None, _POOLS),
+        Sweep("lines coverage and concentration", "lines", "reasoning",
+              ("lines.min_coverage", "lines.min_concentration"),
+              ((0.5, 0.6, 0.7, 0.8), (2.0, 3.0, 4.0, 6.0, 8.0)), None, _POOLS),
+        Sweep("lines mass and window (text)", "lines", "text",
+              ("lines.min_mass", "lines.window_chars"), (masses, windows), None, _POOLS),
+        Sweep("block-repeat low-novelty", "block-repeat", "reasoning",
+              ("block_repeat.novelty_overlap", "block_repeat.novelty_streak"),
+              ((0.6, 0.7, 0.8, 0.9), (6, 8, 10, 12, 14)), (0.6, 6), _NEAR_VERBATIM,
+              fixed={"block_repeat.exact_streak": 0}),
+        Sweep("block-repeat code streak", "block-repeat", "reasoning",
+              ("block_repeat.novelty_streak_code",), ((10, 12, 14, 16, 20, 24),), (10,),
+              _NEAR_VERBATIM, fixed={"block_repeat.exact_streak": 0}),
+        Sweep("block-repeat exact", "block-repeat", "reasoning",
+              ("block_repeat.exact_streak",), ((1, 2, 3, 4, 6, 8),), (1,), ("block-aligned",),
+              fixed={"block_repeat.novelty_streak": 0, "block_repeat.novelty_streak_code": 0}),
+        Sweep("block size", "block-repeat", "reasoning",
+              ("block_repeat.block_chars",), ((96, 128, 192, 256),), None, _NEAR_VERBATIM),
+        Sweep("degeneracy", "degeneracy", "reasoning",
+              ("degeneracy.min_evidence", "degeneracy.streak"),
+              ((1, 2, 3, 4), (1, 2, 3, 4)), (1, 1), ("star-flood", "emoji-flood")),
+        Sweep("degeneracy layout gate", "degeneracy", "reasoning",
+              ("degeneracy.min_ink_share",), ((0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6),), (0.0,),
+              ("star-flood", "emoji-flood")),
+        Sweep("identical-chunks", "identical-chunks", "text",
+              ("identical_chunks.max_repeats",), ((10, 20, 40, 60, 100),), (10,),
+              ("token-repeat",)),
+    ]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One stream through every rule of its channel under a configuration."""
+
+    stream: LabelledStream
+    trip: Trip | None
+
+    @property
+    def ran(self) -> int | None:
+        """Characters the loop ran before its cut (from the stream's start if unknown)."""
+        if self.trip is None:
+            return None
+        return self.trip.at - (self.stream.loop_start or 0)
+
+
+def _cases(job: tuple[Config, Sequence[LabelledStream]]) -> list[tuple[int, Trip | None]]:
+    from loopbreak._engine.scan import scan
+
+    config, streams = job
+    return [(i, scan(s.text, s.channel, config)) for i, s in enumerate(streams)]
+
+
+def run_cases(streams: Sequence[LabelledStream], config: Config | None = None, *, jobs: int = 1,
+              progress: Callable[[int], None] | None = None) -> list[CaseResult]:
+    """Every stream through the full guard of its channel, as ``loopbreak scan`` judges it."""
+    config = config or Config()
+    chunks = _chunks(streams, jobs)
+    results: list[CaseResult] = []
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    try:
+        jobs_list = [(config, chunk) for chunk in chunks]
+        outputs = pool.map(_cases, jobs_list) if pool else map(_cases, jobs_list)
+        for chunk, output in zip(chunks, outputs):
+            results.extend(CaseResult(chunk[i], trip) for i, trip in output)
+            if progress:
+                progress(len(chunk))
+    finally:
+        if pool:
+            pool.shutdown()
+    return results

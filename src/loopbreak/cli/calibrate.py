@@ -1,0 +1,212 @@
+"""``loopbreak calibrate``: the sweeps that justify every default.
+
+Loops: the real bleeds, loops and stalls of the dsh-loop-guard corpus and the
+project's generated loop shapes. Clean: the corpus's productive calls, two
+strong models' AlpacaEval answers, every standard-library source file, and the
+project's clean samples. Each table marks the shipped default and every
+setting with zero clean trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from typing import Any
+
+from loopbreak._calibrate import (
+    CaseResult,
+    Sweep,
+    SweepRow,
+    run_cases,
+    run_sweep,
+    standard_sweeps,
+)
+from loopbreak._config import load_config
+from loopbreak._corpus import (
+    LabelledStream,
+    alpaca_outputs,
+    corpus_dir,
+    dsh_loop_guard,
+    sample_streams,
+    stdlib_sources,
+)
+from loopbreak._errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", metavar="DIR",
+                        help="corpus folder (default: $LOOPBREAK_CORPUS or ../shared/corpus)")
+    parser.add_argument("--only", action="append", metavar="NAME", default=[],
+                        help="run only sweeps whose name contains NAME (repeatable)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="processes for the clean corpora (default: all cores)")
+    parser.add_argument("--stdlib-every", type=int, default=1, metavar="K",
+                        help="use every K-th standard-library file (1 = all; for quick runs)")
+    parser.add_argument("--cases", action="store_true",
+                        help="instead of sweeping, judge every labelled stream under the shipped "
+                             "defaults (or --config) and list where each loop was cut")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration for --cases")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+
+
+def _corpora(args: argparse.Namespace) -> tuple[list[LabelledStream], list[LabelledStream], str]:
+    root = corpus_dir(args.corpus)
+    real: list[LabelledStream] = []
+    note = f"corpus: {root}"
+    if root.is_dir():
+        real = list(dsh_loop_guard(root)) + list(alpaca_outputs(root))
+    else:
+        note = (f"corpus not found at {root} (set LOOPBREAK_CORPUS); sweeping the project's "
+                f"samples and the standard library only")
+    own = list(sample_streams())
+    loops = [s for s in real + own if s.label == "loop"]
+    clean = [s for s in real + own if s.label == "clean"]
+    return loops, clean, note
+
+
+def _row_json(row: SweepRow) -> dict[str, Any]:
+    return {
+        "setting": row.setting,
+        "clean_trips": len(row.clean_trips),
+        "clean_tripped": row.clean_trips,
+        "loop_misses": len(row.misses),
+        "missed": row.misses,
+        "median_cut": row.median_cut,
+        "max_cut": row.max_cut,
+        "cuts": row.cuts,
+        "default": row.is_default,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1 or args.stdlib_every < 1:
+        raise InputError("--jobs and --stdlib-every must be >= 1")
+    if args.cases:
+        return _run_cases(args)
+    sweeps = [s for s in standard_sweeps()
+              if not args.only or any(word in s.name for word in args.only)]
+    if not sweeps:
+        names = ", ".join(s.name for s in standard_sweeps())
+        raise InputError(f"no sweep matches {args.only!r}; sweeps: {names}")
+    loops, clean, note = _corpora(args)
+    stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
+              for ch in ("reasoning", "text")}
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    err = Console(stderr=True)
+    if not args.json:
+        err.print(note)
+    results: list[tuple[Sweep, list[SweepRow], int]] = []
+    with Progress(console=err, transient=True) as progress:
+        for sweep in sweeps:
+            sweep_clean = clean + stdlib[sweep.channel]
+            passes = 1 if sweep.loosest is not None else len(sweep.settings())
+            task = progress.add_task(sweep.name, total=len(sweep_clean) * passes)
+            rows = run_sweep(sweep, loops, sweep_clean, jobs=args.jobs,
+                             progress=functools.partial(progress.advance, task))
+            progress.remove_task(task)
+            results.append((sweep, rows, len(sweep_clean)))
+    if args.json:
+        out = {
+            "note": note,
+            "loops": len(loops),
+            "sweeps": [{"name": s.name, "rule": s.rule, "channel": s.channel,
+                        "keys": list(s.keys), "clean_streams": n,
+                        "rows": [_row_json(r) for r in rows]} for s, rows, n in results],
+        }
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    _print_tables(results, len(loops))
+    return 0
+
+
+def _print_tables(results: list[tuple[Sweep, list[SweepRow], int]], loops: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for sweep, rows, n_clean in results:
+        table = Table(title=f"{sweep.name}: {loops} loops, {n_clean} clean streams "
+                            f"({sweep.channel} channel)", title_justify="left")
+        for key in sweep.keys:
+            table.add_column(key.split(".", 1)[1], justify="right")
+        for name in ("clean trips", "loop misses", "median cut", "max cut", ""):
+            table.add_column(name, justify="right")
+        for row in rows:
+            marks = ("default " if row.is_default else "") + ("0 FP" if not row.clean_trips else "")
+            style = "bold" if row.is_default else ("green" if not row.clean_trips else "dim")
+            table.add_row(*[str(v) for v in row.setting.values()], str(len(row.clean_trips)),
+                          str(len(row.misses)),
+                          "-" if row.median_cut is None else f"{row.median_cut:,.0f}",
+                          "-" if row.max_cut is None else f"{row.max_cut:,}", marks.strip(),
+                          style=style)
+        console.print(table)
+        default = next((r for r in rows if r.is_default), None)
+        if default and (default.clean_trips or default.misses):
+            console.print(f"  default trips on: {', '.join(default.clean_trips[:8]) or '-'}; "
+                          f"misses: {', '.join(default.misses[:8]) or '-'}")
+
+
+def _run_cases(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    config = load_config(args.config).config
+    loops, clean, note = _corpora(args)
+    stdlib = [s for i, s in enumerate(stdlib_sources()) if i % args.stdlib_every == 0]
+    streams = loops + clean + stdlib
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("judging", total=len(streams))
+        results = run_cases(streams, config, jobs=args.jobs,
+                            progress=lambda n: progress.advance(task, n))
+    loop_results = [r for r in results if r.stream.label == "loop"]
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if r.stream.label == "clean":
+            groups.setdefault(r.stream.group, []).append(r)
+    if args.json:
+        out = {
+            "note": note,
+            "loops": [{"id": r.stream.id, "group": r.stream.group, "channel": r.stream.channel,
+                       "chars": len(r.stream.text), "loop_start": r.stream.loop_start,
+                       "rule": r.trip.rule if r.trip else None,
+                       "at": r.trip.at if r.trip else None,
+                       "offset": r.trip.offset if r.trip else None, "ran": r.ran}
+                      for r in loop_results],
+            "clean": {g: {"streams": len(rs), "tripped": [
+                {"id": r.stream.id, "rule": r.trip.rule, "at": r.trip.at}
+                for r in rs if r.trip]} for g, rs in groups.items()},
+        }
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    console = Console()
+    console.print(note)
+    table = Table(title="loops under this configuration", title_justify="left")
+    for name in ("loop", "group", "chan", "chars", "starts", "rule", "cut at", "ran"):
+        table.add_column(name, justify="left" if name in ("loop", "group", "rule") else "right")
+    for r in loop_results:
+        s = r.stream
+        table.add_row(s.id, s.group, s.channel[:4], f"{len(s.text):,}",
+                      "-" if s.loop_start is None else f"{s.loop_start:,}",
+                      r.trip.rule if r.trip else "[red]not cut[/]",
+                      f"{r.trip.at:,}" if r.trip else "-",
+                      f"{r.ran:,}" if r.ran is not None else "-")
+    console.print(table)
+    clean_table = Table(title="clean streams", title_justify="left")
+    for name in ("group", "streams", "tripped"):
+        clean_table.add_column(name, justify="left" if name == "group" else "right")
+    for group, rs in groups.items():
+        hits = [r for r in rs if r.trip]
+        clean_table.add_row(group, f"{len(rs):,}", "0" if not hits else "[red]" + ", ".join(
+            f"{r.stream.id} ({r.trip.rule})" for r in hits[:5] if r.trip) + "[/]")
+    console.print(clean_table)
+    return 0

@@ -1,0 +1,432 @@
+"""``loopbreak bench``: the arithmetic under a fake clock, loops judged until they stop,
+peers found or reported missing, and the command end to end. No test times anything:
+every number checked here comes from an injected clock or is only checked for sign."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopbreak import scan
+from loopbreak._bench import (
+    QUICK,
+    BenchSettings,
+    Factory,
+    Feeder,
+    Subject,
+    Targets,
+    bench_config,
+    cut,
+    load_degen_guard,
+    load_dgxarley,
+    loop_inputs,
+    loopbreak_subject,
+    measure_per_delta,
+    measure_subject,
+    measure_throughput,
+    plan_stream,
+    ratios,
+    stdlib_text,
+)
+from loopbreak._errors import InputError
+from loopbreak.cli import main
+
+
+class FakeClock:
+    """A clock that only moves when a fake guard does work."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def fake_guard(clock: FakeClock, cost: Callable[[int], int],
+               stop_after: int | None = None) -> Factory:
+    """A guard whose delta at stream position ``at`` costs ``cost(at)`` ns on ``clock``,
+    and that stops the stream once it has judged ``stop_after`` characters."""
+
+    def make() -> Feeder:
+        seen = 0
+
+        def feed(delta: str) -> bool:
+            nonlocal seen
+            clock.now += cost(seen)
+            seen += len(delta)
+            return stop_after is not None and seen >= stop_after
+
+        return feed
+
+    return make
+
+
+def flat(ns: int) -> Callable[[int], int]:
+    return lambda at: ns
+
+
+SMALL = BenchSettings(delta_chars=32, clean_chars=320, near_chars=64, far_chars=640,
+                      window_deltas=2, windows=3, min_seconds=1e-9, max_passes=1,
+                      stream_seconds=10.0)
+
+
+# --- throughput arithmetic -------------------------------------------------------
+
+
+def test_throughput_is_chars_judged_over_clock_time() -> None:
+    clock = FakeClock()
+    deltas = ["x" * 32] * 10
+    result = measure_throughput(fake_guard(clock, flat(400)), [deltas], go_on=True,
+                                min_seconds=1e-6, max_passes=10, clock=clock)
+    # 320 chars in 10 x 400 ns: 80 million chars/s, one pass (4,000 ns >= 1,000 ns).
+    assert result.chars_per_pass == 320
+    assert result.pass_ns == (4_000,)
+    assert result.chars_per_s == pytest.approx(80_000_000)
+
+
+def test_throughput_repeats_passes_until_min_seconds_or_max_passes() -> None:
+    clock = FakeClock()
+    deltas = ["x" * 32] * 10
+    make = fake_guard(clock, flat(400))
+    three = measure_throughput(make, [deltas], go_on=True, min_seconds=1e-5, max_passes=10,
+                               clock=clock)
+    assert three.passes == 3  # 4,000 + 4,000 + 4,000 >= 10,000 ns
+    two = measure_throughput(make, [deltas], go_on=True, min_seconds=1.0, max_passes=2,
+                             clock=clock)
+    assert two.passes == 2
+
+
+def test_throughput_median_ignores_one_slow_pass() -> None:
+    clock = FakeClock()
+    passes = iter([100, 100, 10_000])
+
+    def make() -> Feeder:
+        cost = next(passes)
+
+        def feed(delta: str) -> bool:
+            clock.now += cost
+            return False
+
+        return feed
+
+    result = measure_throughput(make, [["x" * 10]], go_on=True, min_seconds=1.0,
+                                max_passes=3, clock=clock)
+    assert result.pass_ns == (100, 100, 10_000)
+    assert result.chars_per_s == pytest.approx(10 * 1e9 / 100)
+
+
+def test_loops_are_judged_until_they_stop_then_the_next_starts_fresh() -> None:
+    clock = FakeClock()
+    pieces = [["x" * 32] * 10, ["y" * 32] * 10, ["z" * 32] * 2]
+    result = measure_throughput(fake_guard(clock, flat(1), stop_after=100), pieces,
+                                go_on=False, min_seconds=1e-9, max_passes=1, clock=clock)
+    # Stopped on the 4th delta (128 chars) of each long piece; the short one never stops.
+    assert result.stops == ((128,), (128,), ())
+    assert result.chars_per_pass == 128 + 128 + 64
+    assert clock.now == 4 + 4 + 2  # nothing after a stop was fed
+
+
+def test_clean_stop_is_a_false_positive_and_a_fresh_guard_judges_on() -> None:
+    clock = FakeClock()
+    result = measure_throughput(fake_guard(clock, flat(1), stop_after=100),
+                                [["x" * 32] * 10], go_on=True, min_seconds=1e-9,
+                                max_passes=1, clock=clock)
+    assert result.stops == ((128, 256),)
+    assert result.stop_count == 2
+    assert result.chars_per_pass == 320
+    assert clock.now == 10  # every delta judged
+
+
+def test_loopbreak_judges_each_loop_until_its_trip() -> None:
+    loops = loop_inputs()
+    pieces = [cut(loop.text, 32) for loop in loops]
+    result = measure_throughput(loopbreak_subject("reasoning").make, pieces, go_on=False,
+                                min_seconds=1e-9, max_passes=1)
+    expected_chars = 0
+    for loop, stops in zip(loops, result.stops, strict=True):
+        trip = scan(loop.text, "reasoning", bench_config())
+        assert stops == ((trip.offset,) if trip else ())
+        expected_chars += trip.offset if trip else len(loop.text)
+    assert result.chars_per_pass == expected_chars
+    assert expected_chars < sum(len(loop.text) for loop in loops)  # stopped loops stop early
+
+
+# --- per-delta cost ----------------------------------------------------------------
+
+
+def _text(settings: BenchSettings) -> str:
+    return "".join(chr(ord("a") + i % 26) for i in range(settings.clean_needed))
+
+
+def test_per_delta_growth_is_far_cost_over_near_cost() -> None:
+    clock = FakeClock()
+    plan = plan_stream(_text(SMALL), SMALL)
+    # 100 ns per delta before 500 chars into a stream, 300 ns after.
+    make = fake_guard(clock, lambda at: 100 if at < 500 else 300)
+    result = measure_per_delta(make, plan, stream_seconds=10.0, clock=clock)
+    assert result.near_ns == (100, 100, 100)
+    assert result.far_ns == (300, 300, 300)
+    assert result.growth == pytest.approx(3.0)
+    assert (result.near_at, result.far_at, result.capped) == (64, 640, False)
+
+
+def test_per_delta_long_stream_is_capped_by_its_deadline() -> None:
+    settings = BenchSettings(delta_chars=32, clean_chars=32, near_chars=0,
+                             far_chars=32 * 1024, window_deltas=1, windows=1)
+    clock = FakeClock()
+    plan = plan_stream(_text(settings), settings)
+    # 1,000 ns per delta, 300,000 ns allowed: the clock is read every 256 deltas, so
+    # the feed stops after 512 deltas and the far window is timed there.
+    result = measure_per_delta(fake_guard(clock, flat(1_000)), plan, stream_seconds=300e-6,
+                               clock=clock)
+    assert result.far_at == 512 * 32
+    assert result.capped
+
+
+def test_plan_times_the_same_deltas_near_and_far() -> None:
+    plan = plan_stream(_text(SMALL), SMALL)
+    assert [sum(map(len, c)) for c in plan.contexts] == [SMALL.near_start] * SMALL.windows
+    assert [len(s) for s in plan.segments] == [SMALL.window_deltas] * SMALL.windows
+    assert plan.base_chars == SMALL.far_start
+    text = _text(SMALL)
+    # Each window follows its own context in the clean text.
+    for context, segment in zip(plan.contexts, plan.segments, strict=True):
+        joined = "".join(context) + "".join(segment)
+        assert joined in text
+    assert BenchSettings().stream_chars >= 1_050_000
+
+
+def test_plan_needs_enough_clean_text() -> None:
+    with pytest.raises(InputError, match="needs"):
+        plan_stream("x" * 10, SMALL)
+
+
+def test_ratios_say_how_many_times_faster_loopbreak_is() -> None:
+    text = _text(SMALL)
+    plan = plan_stream(text, SMALL)
+    clean = cut(text[: SMALL.clean_chars], 32)
+    loops = loop_inputs()[:2]
+
+    def result(ns: int) -> Any:
+        clock = FakeClock()
+        subject = Subject("s", "1", fake_guard(clock, flat(ns), stop_after=10_000))
+        return measure_subject(subject, clean, loops, plan, SMALL, clock=clock)
+
+    ours, peer = result(400), result(1_200)
+    assert ours.clean.chars_per_s == pytest.approx(32 * 1e9 / 400)
+    assert ours.per_delta.near == ours.per_delta.far == 400
+    r = ratios(ours, peer)
+    assert (r.clean_throughput, r.looping_throughput) == pytest.approx((3.0, 3.0))
+    assert (r.per_delta_near, r.per_delta_far) == pytest.approx((3.0, 3.0))
+    assert [s.stopped_at for s in ours.loop_stops] == [10_016, 10_016]
+    assert ours.loop_stops[0].after_loop_start == 10_016 - loops[0].loop_start
+
+
+def test_targets_judge_the_thresholds() -> None:
+    assert Targets(1_000_000, 1_000_000, 1.5, 1_000_000, 0).all_met
+    assert not Targets(999_999, 2e6, 1.0, 1_000_000, 0).throughput_clean_met
+    assert not Targets(2e6, 999_999, 1.0, 1_000_000, 0).throughput_looping_met
+    assert not Targets(2e6, 2e6, 1.51, 1_000_000, 0).flat_met
+    assert not Targets(2e6, 2e6, 1.0, 1_000_000, 1).all_met
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(InputError, match="delta_chars must be >= 1, not 0"):
+        BenchSettings(delta_chars=0)
+    with pytest.raises(InputError, match="far_chars"):
+        BenchSettings(near_chars=100, far_chars=100)
+
+
+# --- clean input -------------------------------------------------------------------
+
+
+def test_stdlib_text_is_ordered_and_skips_what_it_cannot_use(tmp_path: Path) -> None:
+    (tmp_path / "b.py").write_text("B\n", encoding="utf-8")
+    (tmp_path / "a.py").write_text("A\n", encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("T\n", encoding="utf-8")
+    (tmp_path / "bad.py").write_bytes(b"\xff\xfe\xfa")
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "site-packages" / "s.py").write_text("S\n", encoding="utf-8")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "c.py").write_text("C\n", encoding="utf-8")
+    got = stdlib_text(100, str(tmp_path))
+    assert (got.text, got.files) == ("A\nB\nC\n", 3)
+    assert stdlib_text(3, str(tmp_path)).text == "A\nB"
+
+
+def test_stdlib_text_reads_the_real_standard_library() -> None:
+    got = stdlib_text(50_000)
+    assert len(got.text) == 50_000
+    assert got.text == stdlib_text(50_000).text
+    assert "def " in got.text
+
+
+# --- peers ---------------------------------------------------------------------------
+
+
+def _hide(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        return None if name in names else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def test_missing_peers_are_reported_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    _hide(monkeypatch, "degen_guard", "dgxarley")
+    degen, dgx = load_degen_guard(), load_dgxarley()
+    assert (degen.status, degen.installed, degen.subject) == ("not installed", False, None)
+    assert (dgx.status, dgx.installed) == ("not installed", False)
+    assert degen.install == "pip install llm-degen-guard"
+    assert "pip install" in dgx.install and "dgxarley" in dgx.install
+
+
+def _fake_package(tmp_path: Path, guard_source: str | None) -> importlib.machinery.ModuleSpec:
+    package = tmp_path / "dgxarley"
+    (package / "integration").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the package init ran')\n")
+    if guard_source is not None:
+        (package / "integration" / "streaming_repetition_guard.py").write_text(guard_source)
+    spec = importlib.machinery.ModuleSpec("dgxarley", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    return spec
+
+
+GUARD = '''
+from __future__ import annotations
+from dataclasses import dataclass
+
+@dataclass
+class FeedResult:
+    should_stop: bool = False
+
+class RepetitionGuard:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def feed(self, chunk: str) -> FeedResult:
+        self.seen += len(chunk)
+        return FeedResult(should_stop=self.seen >= 64)
+'''
+
+
+def test_dgxarley_guard_loads_by_file_without_the_package_init(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    spec = _fake_package(tmp_path, GUARD)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, package=None: spec if name == "dgxarley"
+                        else real(name, package))
+    monkeypatch.delitem(sys.modules, "_loopbreak_bench_dgxarley_streaming_repetition_guard",
+                        raising=False)
+    package_loaded = "dgxarley" in sys.modules
+    peer = load_dgxarley()
+    assert peer.status == "measured" and peer.subject is not None
+    feed = peer.subject.make()
+    assert [feed("x" * 32), feed("x" * 32)] == [False, True]  # the fake guard, by its path
+    assert ("dgxarley" in sys.modules) == package_loaded  # no package __init__ ran
+
+
+def test_a_broken_peer_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    spec = _fake_package(tmp_path, None)  # the guard module is missing
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, package=None: spec if name == "dgxarley"
+                        else real(name, package))
+    peer = load_dgxarley()
+    assert peer.status.startswith("failed to load: ")
+    assert peer.subject is None
+
+
+# --- the command -------------------------------------------------------------------
+
+TOP_KEYS = {"loopbreak_version", "quick", "machine", "settings", "inputs", "loopbreak",
+            "peers", "ratios", "ratios_meaning", "targets"}
+
+
+def _bench_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["bench", "--quick", "--json", *argv]) == 0
+    out = capsys.readouterr().out
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def _check_subject(numbers: dict[str, Any]) -> None:
+    assert numbers["clean"]["chars_per_s"] > 0
+    assert numbers["clean"]["chars_per_pass"] == QUICK.clean_chars
+    assert numbers["looping"]["chars_per_s"] > 0
+    assert numbers["looping"]["chars_per_pass"] > 0
+    assert numbers["per_delta"]["ns_near"] > 0
+    assert numbers["per_delta"]["ns_far"] > 0
+    assert numbers["per_delta"]["growth"] > 0
+
+
+def test_bench_quick_json_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _bench_json(capsys)
+    assert set(data) == TOP_KEYS
+    assert data["quick"] is True
+    assert {"python", "platform", "cpu_count"} <= set(data["machine"])
+    assert data["inputs"]["clean"]["chars"] == QUICK.clean_chars
+    assert data["inputs"]["looping"]["chars"] > 0
+    assert data["inputs"]["stream"]["chars"] == QUICK.stream_chars
+    assert set(data["loopbreak"]) == {"reasoning", "text"}
+    for numbers in data["loopbreak"].values():
+        _check_subject(numbers)
+        assert numbers["clean"]["false_positives"] == 0
+        assert numbers["per_delta"]["stopped_at"] is None
+    reasoning = data["loopbreak"]["reasoning"]
+    samples = reasoning["looping"]["samples"]
+    assert reasoning["looping"]["stopped"] == len(samples) == len(loop_inputs())
+    assert all(s["after_loop_start"] > 0 for s in samples)
+    assert set(data["peers"]) == set(data["ratios"]) == {"llm-degen-guard", "dgxarley"}
+    for name, peer in data["peers"].items():
+        if peer["installed"]:
+            _check_subject(peer["results"])
+            assert all(x > 0 for x in data["ratios"][name].values())
+        else:
+            assert peer["results"] is None and data["ratios"][name] is None
+    targets = data["targets"]
+    assert targets["chars_per_s"] == 1_000_000 and targets["max_growth"] == 1.5
+    for key in ("throughput_clean_met", "throughput_looping_met", "flat_met", "all_met"):
+        assert isinstance(targets[key], bool)
+    assert targets["false_positives"] == 0
+
+
+def test_bench_reports_a_missing_peer_as_not_installed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _hide(monkeypatch, "degen_guard", "dgxarley")
+    data = _bench_json(capsys)
+    for name in ("llm-degen-guard", "dgxarley"):
+        peer = data["peers"][name]
+        assert peer["status"] == "not installed"
+        assert peer["results"] is None
+        assert peer["install"].startswith("pip install")
+        assert data["ratios"][name] is None
+    # People see it too, with the command that gets it, and no traceback.
+    assert main(["bench", "--quick"]) == 0
+    err = capsys.readouterr().err
+    assert "not installed" in err and "pip install llm-degen-guard" in err
+    assert "Targets" in err and "Traceback" not in err
+
+
+def test_bench_without_peers_prints_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--no-peers"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""  # tables go to stderr, stdout stays for --json
+    for text in ("Throughput", "Per-delta cost", "loopbreak (reasoning)", "verbatim",
+                 "Targets"):
+        assert text in captured.err
+
+
+def test_bench_rejects_a_bad_delta_size(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--delta-chars", "0"]) == 2
+    assert "delta_chars must be >= 1, not 0" in capsys.readouterr().err

@@ -1,0 +1,81 @@
+"""The per-call guard: rules per channel, first trip, cuts held while a tool call streams."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopbreak import CallGuard, ChannelGuard, Config, build_detectors
+from loopbreak._samples import answer_loop, star_flood, verbatim_loop
+
+
+def _feed(guard: CallGuard, channel: str, text: str, size: int = 32):  # type: ignore[no-untyped-def]
+    for i in range(0, len(text), size):
+        trip = guard.feed(channel, text[i : i + size])  # type: ignore[arg-type]
+        if trip is not None:
+            return trip
+    return None
+
+
+def test_rules_per_channel() -> None:
+    reasoning = {type(d).__name__ for d in build_detectors("reasoning", Config())}
+    text = {type(d).__name__ for d in build_detectors("text", Config())}
+    assert reasoning == {"DegeneracyDetector", "BlockRepeatDetector", "CycleDetector",
+                         "LinesDetector", "CharCapDetector"}
+    assert text == {"CycleDetector", "LinesDetector", "IdenticalChunksDetector"}
+    on_text = Config().replace(**{"degeneracy.on_text": True})
+    assert "DegeneracyDetector" in {type(d).__name__ for d in build_detectors("text", on_text)}
+
+
+def test_unknown_channel_is_rejected() -> None:
+    with pytest.raises(ValueError, match="channel"):
+        CallGuard().feed("tool", "x")  # type: ignore[arg-type]
+
+
+def test_first_trip_is_returned_once_and_kept() -> None:
+    guard = CallGuard()
+    trip = _feed(guard, "reasoning", verbatim_loop().text)
+    assert trip is not None and guard.trip == trip
+    assert guard.feed_reasoning("more") is None
+    assert guard.feed_text("and text") is None
+
+
+def test_earliest_rule_wins_within_one_delta() -> None:
+    # One large delta holds both a star flood (degeneracy) and, later, a long periodic tail.
+    sample = star_flood()
+    guard = ChannelGuard("reasoning")
+    trip = guard.feed(sample.text)
+    assert trip is not None and trip.rule == "symbol-flood"
+    assert trip.offset == len(sample.text)
+
+
+def test_trip_waits_for_an_open_tool_call() -> None:
+    guard = CallGuard()
+    guard.tool_call_delta(0, name="write", arguments='{"path": "a.txt", ')
+    assert guard.tool_call_open
+    assert _feed(guard, "text", answer_loop().text) is None  # held: the tool call is open
+    assert guard.held is not None and guard.trip is guard.held
+    guard.tool_call_delta(0, arguments='"content": "x"}')
+    released = guard.close_tool_call(0)
+    assert released is not None and released.rule == "cycle"
+    assert guard.held is None and not guard.tool_call_open
+
+
+def test_a_new_tool_call_closes_the_previous_one() -> None:
+    guard = CallGuard()
+    guard.tool_call_delta("call_1", name="read")
+    guard.tool_call_delta("call_2", name="grep")
+    records = guard.tool_calls
+    assert [r.open for r in records] == [False, True]
+    assert guard.close_tool_call() is None
+
+
+def test_summary_counts_channels_and_tool_calls() -> None:
+    guard = CallGuard(track_grams=True)
+    guard.feed_reasoning("thinking " * 10)
+    guard.feed_text("answer")
+    guard.tool_call_delta(0, name="bash", arguments="{}")
+    summary = guard.summary()
+    assert (summary.reasoning_chars, summary.text_chars, summary.tool_calls) == (90, 6, ("bash",))
+    assert summary.productive and summary.trip is None
+    assert summary.grams is not None and len(summary.grams) > 0
+    assert CallGuard().summary().grams is None

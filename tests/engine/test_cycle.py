@@ -1,0 +1,105 @@
+"""cycle: a periodic tail, judged exactly at every character."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from loopbreak import CycleConfig, CycleDetector
+from loopbreak._engine.shape import looks_like_code
+from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
+
+
+def brute_force(text: str, cfg: CycleConfig, min_span: int) -> tuple[int, int] | None:
+    """The rule as SPEC states it, recomputed from scratch at every character."""
+    for m in range(1, len(text) + 1):
+        for p in range(1, cfg.max_period + 1):
+            unit = text[m - p : m]
+            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p)
+            if m >= span and text[m - span + p : m] == text[m - span : m - p] \
+                    and len(set(unit)) >= cfg.min_distinct:
+                return m, p
+    return None
+
+
+def _random_text(rng: random.Random) -> str:
+    alphabet = rng.choice(["ab", "abc", "Go. OK.\n", "好。执行。", "x y\n  z", "abcdefghij "])
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        if rng.random() < 0.5:
+            unit = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+            parts.append(unit * rng.randint(1, 12))
+        else:
+            parts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120))))
+    return "".join(parts)[:700]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
+    rng = random.Random(seed)
+    text = _random_text(rng)
+    cfg = CycleConfig(max_period=rng.choice([8, 30, 64]), min_span_text=rng.choice([16, 33, 64]),
+                      min_span_code=rng.choice([64, 100]))
+    expected = brute_force(text, cfg, cfg.min_span_text)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
+                   split_random(text, rng)):
+        trip, _ = feed_pieces(CycleDetector(cfg, "text"), pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+def test_cycle_trips_on_verbatim_reasoning_loop() -> None:
+    unit = "Let me write the test now.\n\nOK.\n\nGo.\n\nWriting the file.\n\n"
+    prefix = "The user wants the upload retried with backoff; first I read the client.\n\n"
+    trip = first_trip(CycleDetector(), prefix + unit * 40)
+    assert trip is not None and trip.rule == "cycle"
+    assert trip.evidence["period"] == len(unit)
+    assert trip.at - len(prefix) <= 384 + len(unit)
+
+
+def test_cycle_finds_periods_up_to_the_cap() -> None:
+    # A 409-character period, the longest the seed measured: a cap below it fails silently.
+    rng = random.Random(4)
+    unit = " ".join(rng.choice(["plan", "edit", "read", "check", "file", "now"])
+                    for _ in range(200))[:408] + "\n"
+    assert first_trip(CycleDetector(CycleConfig(max_period=512)), unit * 5) is not None
+    assert first_trip(CycleDetector(CycleConfig(max_period=256)), unit * 5) is None
+
+
+def test_cycle_ignores_single_character_rules() -> None:
+    assert first_trip(CycleDetector(), "Heading\n" + "=" * 5000) is None
+    assert first_trip(CycleDetector(), "─" * 5000) is None
+
+
+def test_cycle_needs_a_longer_span_for_code() -> None:
+    line = "        self.assertEqual(pow(3, 3) % 8, pow(3, 3, 8))\n"
+    block = line * 10  # 540 periodic characters: a duplicated test line, not a loop
+    assert first_trip(CycleDetector(), "def test_pow(self):\n" + block) is None
+    trip = first_trip(CycleDetector(), "def test_pow(self):\n" + line * 60)
+    assert trip is not None and trip.evidence["code"] is True
+    assert trip.evidence["span"] == CycleConfig().min_span_code
+
+
+def test_cycle_text_channel_uses_its_shorter_span() -> None:
+    unit = "The fix above handles the 429 case.\n"
+    trip = first_trip(CycleDetector(channel="text"), unit * 20)
+    assert trip is not None and trip.at == CycleConfig().min_span_text
+
+
+def test_cycle_is_off_with_a_zero_cap() -> None:
+    assert first_trip(CycleDetector(CycleConfig(max_period=0)), "Go. OK. " * 1000) is None
+
+
+@pytest.mark.parametrize("name", sorted(hard_negatives()))
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_cycle_leaves_hard_negatives_alone(name: str, channel: str) -> None:
+    assert first_trip(CycleDetector(channel=channel), hard_negatives()[name]) is None  # type: ignore[arg-type]
+
+
+def test_cycle_memory_stays_bounded() -> None:
+    detector = CycleDetector()
+    text = "".join(f"line {i} says something new about item {i * 7 % 1000}\n"
+                   for i in range(40_000))
+    assert first_trip(detector, text) is None
+    assert len(detector._buf) <= 2 * detector._keep

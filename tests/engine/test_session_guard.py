@@ -1,0 +1,155 @@
+"""The session guard: stall rule, tool-failure breaker, retry budget, notices."""
+
+from __future__ import annotations
+
+from loopbreak import CallGuard, Config, SessionGuard
+from loopbreak._engine.notices import TEXTS
+from loopbreak._samples import data_text
+
+REASONING = data_text("clean_reasoning.txt")  # 2,776 characters: enough to be judged
+
+
+def _call(session: SessionGuard, reasoning: str, text: str = "", tool: str | None = None):  # type: ignore[no-untyped-def]
+    call = session.start_call()
+    call.feed_reasoning(reasoning)
+    if text:
+        call.feed_text(text)
+    if tool:
+        call.tool_call_delta(0, name=tool, arguments="{}")
+        call.close_tool_call()
+    return session.finish_call(call)
+
+
+def _distinct(i: int) -> str:
+    # Reasoning that is new every time: no restatement.
+    return "".join(f"Thought {i}.{j}: consider option {i * 97 + j} for the parser. "
+                   for j in range(60))
+
+
+def test_short_calls_are_not_judged() -> None:
+    session = SessionGuard()
+    outcome = _call(session, "brief thought")
+    assert not outcome.stall.judged and outcome.turn == 1 and outcome.step == 1
+
+
+def test_three_reasoning_only_calls_fire_a_steer() -> None:
+    session = SessionGuard()
+    verdicts = [_call(session, _distinct(i)).stall for i in range(3)]
+    assert [v.reason for v in verdicts] == ["reasoning-only"] * 3
+    assert [v.reaction is not None for v in verdicts] == [False, False, True]
+    reaction = verdicts[2].reaction
+    assert reaction is not None and reaction.kind == "steer" and reaction.fires == 1
+    assert "3" in reaction.notice
+
+
+def test_a_productive_call_resets_the_run() -> None:
+    session = SessionGuard()
+    _call(session, _distinct(0))
+    _call(session, _distinct(1))
+    assert _call(session, _distinct(2), text="Done: the fix is in.").stall.run == 0
+    assert _call(session, _distinct(3)).stall.reaction is None
+
+
+def test_restated_call_is_stalled_even_with_output() -> None:
+    session = SessionGuard()
+    first = _call(session, REASONING, tool="read")
+    assert first.stall.judged and not first.stall.stalled
+    again = _call(session, REASONING, tool="read")
+    assert again.stall.reason == "restated" and again.stall.containment == 1.0
+
+
+def test_fires_reset_the_count_and_are_capped() -> None:
+    config = Config().replace(**{"stall.max_fires": 2})
+    session = SessionGuard(config)
+    fires = [_call(session, _distinct(i)).stall.reaction for i in range(12)]
+    fired = [r for r in fires if r is not None]
+    assert [r.fires for r in fired] == [1, 2]
+    assert [i for i, r in enumerate(fires) if r] == [2, 5]
+
+
+def test_cancel_reaction_carries_its_cause() -> None:
+    config = Config().replace(**{"stall.reaction": "cancel", "stall.max_stalled_calls": 1})
+    reaction = _call(SessionGuard(config), _distinct(0)).stall.reaction
+    assert reaction is not None and reaction.kind == "cancel" and reaction.cause == "thinking-loop"
+
+
+def test_tool_failures_steer_then_deny_then_success_lifts() -> None:
+    session = SessionGuard()
+    session.start_turn()
+    args = {"path": "src/app.py", "line": 12}
+    error = "Error: file not found: src/app.py (errno 2) at 0x7f3a9c"
+    assert session.before_tool("read", args).allowed
+    assert session.after_tool("read", args, error, failed=True, error_code="ENOENT") is None
+    second = session.after_tool("read", args, error.replace("0x7f3a9c", "0x7f3a9d"),
+                                failed=True, error_code="ENOENT")
+    assert second is not None and second.failures == 2 and "file not found" in second.text
+    assert second.apply("raw error").endswith("raw error")
+    session.after_tool("read", args, error, failed=True, error_code="ENOENT")
+    denied = session.before_tool("read", args)
+    assert not denied.allowed and denied.reason and denied.failures == 3
+    # A changed line number is a new call.
+    assert session.before_tool("read", {"path": "src/app.py", "line": 13}).allowed
+    # Keys are canonical: the same arguments in another order or as a JSON string match.
+    assert not session.before_tool("read", '{"line": 12, "path": "src/app.py"}').allowed
+    assert session.after_tool("read", args, "ok") is None
+    assert session.before_tool("read", args).allowed
+
+
+def test_a_new_turn_starts_clean() -> None:
+    session = SessionGuard()
+    session.start_turn()
+    for _ in range(3):
+        session.after_tool("bash", {"cmd": "make"}, "exit 2", failed=True)
+    assert not session.before_tool("bash", {"cmd": "make"}).allowed
+    session.start_turn()
+    assert session.before_tool("bash", {"cmd": "make"}).allowed
+
+
+def test_guidance_can_replace_the_result() -> None:
+    session = SessionGuard(Config().replace(**{"tool_failure.guidance": "replace"}))
+    session.start_turn()
+    session.after_tool("bash", "ls /x", "No such file", failed=True)
+    guidance = session.after_tool("bash", "ls /x", "No such file", failed=True)
+    assert guidance is not None and guidance.apply("No such file") == guidance.text
+    assert "No such file" in guidance.text
+
+
+def test_retry_budget_is_per_turn() -> None:
+    session = SessionGuard()
+    session.start_turn()
+    assert session.claim_retry() and not session.claim_retry()
+    session.start_turn()
+    assert session.retries_left == 1 and session.claim_retry()
+    stop = SessionGuard(Config().replace(**{"recovery.on_trip": "stop"}))
+    assert not stop.claim_retry()
+
+
+def test_post_trip_hint_goes_with_the_next_tool_result_once() -> None:
+    session = SessionGuard()
+    call = session.start_call()
+    call.feed_reasoning("Go. OK. Now. Writing. " * 100)
+    assert call.trip is not None
+    session.finish_call(call)
+    hint = session.after_tool("read", {"path": "a"}, "contents")
+    assert hint is not None and hint.mode == "prefix" and "cut" in hint.text
+    assert session.after_tool("read", {"path": "b"}, "contents") is None
+
+
+def test_notice_counts_cut_characters_and_follows_the_language() -> None:
+    session = SessionGuard()
+    call: CallGuard = session.start_call()
+    trip = call.feed_reasoning("Go. OK. Now. Writing. " * 100)
+    assert trip is not None
+    english = session.notice(trip, cut_chars=2200)
+    assert "2,200" in english and "repeat" in english
+    session.observe(data_text("clean_reasoning_zh.txt"))
+    chinese = session.notice(trip, cut_chars=2200)
+    assert "2,200" in chinese and "重复" in chinese
+
+
+def test_notices_never_tell_the_model_to_conclude() -> None:
+    forbidden = ["conclude", "final answer", "wrap up", "finish the task", "stop working",
+                 "总结", "结束任务", "最终答案"]
+    for language in TEXTS.values():
+        for text in language.values():
+            assert not any(word in text.lower() for word in forbidden), text

@@ -1,0 +1,42 @@
+"""identical-chunks and max-reasoning-chars."""
+
+from __future__ import annotations
+
+from loopbreak import CharCapDetector, IdenticalChunksConfig, IdenticalChunksDetector
+from support import feed_pieces
+
+
+def test_identical_chunks_trips_after_max_repeats() -> None:
+    detector = IdenticalChunksDetector()
+    trip, _ = feed_pieces(detector, ["Sure.\n"] + ["好。"] * 100)
+    assert trip is not None and trip.rule == "identical-chunks"
+    assert trip.evidence["repeats"] == IdenticalChunksConfig().max_repeats
+    assert trip.offset == len("Sure.\n") + 2 * IdenticalChunksConfig().max_repeats
+
+
+def test_identical_chunks_compares_stripped_deltas() -> None:
+    pieces = [" ok", "ok ", "\nok"] * 30
+    trip, _ = feed_pieces(IdenticalChunksDetector(), pieces)
+    assert trip is not None
+
+
+def test_identical_chunks_skips_empty_deltas_and_resets_on_change() -> None:
+    pieces = (["word"] * 59 + [""] * 10 + ["other"]) * 5
+    assert feed_pieces(IdenticalChunksDetector(), pieces)[0] is None
+
+
+def test_identical_chunks_is_off_at_zero() -> None:
+    detector = IdenticalChunksDetector(IdenticalChunksConfig(max_repeats=0))
+    assert feed_pieces(detector, ["x"] * 1000)[0] is None
+
+
+def test_char_cap_trips_on_the_first_character_beyond_it() -> None:
+    detector = CharCapDetector(100)
+    assert detector.feed("a" * 100) is None
+    trip = detector.feed("bc")
+    assert trip is not None and trip.at == 101 and trip.offset == 102
+    assert trip.rule == "max-reasoning-chars"
+
+
+def test_char_cap_is_off_at_zero() -> None:
+    assert CharCapDetector(0).feed("a" * 1_000_000) is None

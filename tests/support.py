@@ -1,0 +1,139 @@
+"""Helpers the tests share: feeding detectors, splitting streams."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from loopbreak import Detector, Trip
+from loopbreak._corpus import corpus_dir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def real_corpus() -> Path:
+    """The real corpus through its one setting, $LOOPBREAK_CORPUS (default ../shared/corpus,
+    taken from the repository root when relative)."""
+    root = corpus_dir()
+    return root if root.is_absolute() else REPO / root
+
+
+def load_fixture(corpus: Path, name: str) -> Any:
+    return json.loads((corpus / "dsh-loop-guard" / name).read_text(encoding="utf-8"))
+
+DetectorFactory = Callable[[], Detector]
+
+
+def feed_pieces(detector: Detector, pieces: Sequence[str]) -> tuple[Trip | None, int]:
+    """Feed ``pieces`` until a trip; return it and the length of the piece that tripped."""
+    for piece in pieces:
+        trip = detector.feed(piece)
+        if trip is not None:
+            return trip, len(piece)
+    return None, 0
+
+
+def split_fixed(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def split_random(text: str, rng: random.Random, longest: int = 80) -> list[str]:
+    pieces = []
+    i = 0
+    while i < len(text):
+        n = rng.randint(1, longest)
+        pieces.append(text[i : i + n])
+        i += n
+    return pieces
+
+
+def first_trip(detector: Detector, text: str, size: int = 32) -> Trip | None:
+    return feed_pieces(detector, split_fixed(text, size))[0]
+
+
+# Hard negatives: legitimately repetitive text that no rule may cut. Built from
+# real data where the machine has it (stdlib sources, module names, HTTP status
+# phrases), written here where it does not.
+
+def markdown_table() -> str:
+    import http
+
+    rows = "\n".join(
+        f"| {s.value} | {s.phrase} | {s.description or '-'} | {'yes' if s.value >= 500 else 'no'} |"
+        for s in http.HTTPStatus
+    )
+    return ("Here is every HTTP status the standard library knows, with whether a client "
+            "should retry it:\n\n| code | phrase | meaning | retry |\n| --- | --- | --- | --- |\n"
+            + rows + "\n\nRetry only the 5xx rows, and 429 when Retry-After says so.\n")
+
+
+def json_document() -> str:
+    import json
+    import sys
+
+    records = [{"module": name, "builtin": name in sys.builtin_module_names,
+                "package": name.split(".")[0], "tags": ["stdlib", name[:3]]}
+               for name in sorted(sys.stdlib_module_names)]
+    return json.dumps({"python": sys.version.split()[0], "modules": records}, indent=2)
+
+
+def rules_in_prose() -> str:
+    sections = ["Installation", "Configuration", "Running the proxy", "Reading the logs",
+                "Troubleshooting"]
+    parts = []
+    for i, title in enumerate(sections):
+        parts.append(f"{title}\n{'=' * len(title)}\n\n"
+                     f"Step {i + 1} covers {title.lower()}. Each paragraph here says something "
+                     f"different about {title.lower()}, so the text is new even though the "
+                     f"layout repeats.\n\n" + "=" * 200 + "\n\n")
+    return "".join(parts)
+
+
+def emoji_annotations() -> str:
+    import string
+
+    marks = ["✅", "🚀", "⚠️", "🗑️", "📝", "⚡", "🐛", "🧪"]
+    names = [n for n in dir(string) if not n.startswith("_")]
+    return "Release notes:\n\n" + "".join(
+        f"- {marks[i % len(marks)]} `string.{name}`: reviewed, {len(name)} letters, "
+        f"{'constant' if name.islower() and not callable(getattr(string, name)) else 'callable'}\n"
+        for i, name in enumerate(names))
+
+
+def quoting_reasoning() -> str:
+    """Reasoning that quotes the same code before and after an edit."""
+    code = ("def put_chunk(self, index, data):\n    while True:\n        response = "
+            "self._transport.send(index, data)\n        if response.status < 400:\n"
+            "            return\n")
+    return ("The current version of put_chunk is:\n\n" + code + "\nIt never sleeps. I will add "
+            "a bounded loop. Before the edit, for reference:\n\n" + code + "\nAfter the edit it "
+            "should read:\n\n" + code.replace("while True:", "for attempt in range(5):")
+            + "\nThat keeps the early return and bounds the loop. Now the tests.\n")
+
+
+def stdlib_source(name: str) -> str:
+    import sysconfig
+    from pathlib import Path
+
+    return (Path(sysconfig.get_paths()["stdlib"]) / name).read_text(encoding="utf-8")
+
+
+def hard_negatives() -> dict[str, str]:
+    from loopbreak._samples import data_text, table_template
+
+    return {
+        "markdown-table": markdown_table(),
+        "table-template": table_template().text,
+        "json": json_document(),
+        "rules-in-prose": rules_in_prose(),
+        "emoji-annotations": emoji_annotations(),
+        "quoting-reasoning": quoting_reasoning(),
+        "cjk": data_text("clean_reasoning_zh.txt") * 2,
+        "code-answer": data_text("clean_code.md"),
+        "stdlib-textwrap": stdlib_source("textwrap.py"),
+        "stdlib-test-exception-variations": stdlib_source("test/test_exception_variations.py"),
+        "stdlib-email-test": stdlib_source("test/test_email/test_email.py"),
+    }
