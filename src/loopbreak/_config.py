@@ -100,23 +100,34 @@ class BlockRepeatConfig(_Section):
     """block-repeat (reasoning): disjoint blocks that repeat earlier ones."""
 
     enabled: bool = _key(True, "Run the block-repeat rule on reasoning.")
-    block_chars: int = _key(128, "Block size; 96/128/192/256 swept, 128 the only one that "
-                            "lets every loop shape trip with zero clean trips.", low=16, high=4096)
-    min_back: int = _key(3, "Nearest earlier block compared; 1-2 back share topic by proximity.",
+    block_chars: int = _key(128, "Swept 96-256: 96 and 256 miss a loop, 192 cuts later; 128 cuts "
+                                 "earliest with no miss and no clean trip.",
+                                 low=16, high=4096)
+    min_back: int = _key(3, "Nearest earlier block compared (the seed's 3). Swept 1-4: all "
+                            "clean at max_back 32; 1 cuts about 140 characters earlier.",
                          low=1, high=64)
-    max_back: int = _key(32, "Farthest earlier block compared (memory is max_back blocks).",
+    max_back: int = _key(32, "Farthest earlier block compared; memory is this many blocks. "
+                             "Swept: 64 trips clean text, 16 cuts a real bleed 17,000 "
+                             "characters later.",
                          low=1, high=256)
-    shingle_chars: int = _key(4, "Shingle length of the low-novelty overlap.", low=2, high=16)
-    shingle_step: int = _key(2, "Shingles are taken every this many characters.", low=1, high=16)
-    novelty_overlap: float = _key(0.7, "Jaccard overlap at which a block counts as not new.",
-                                  low=0.05, high=1.0)
-    novelty_streak: int = _key(10, "Consecutive not-new blocks that trip low-novelty (0 = off).",
-                               low=1, high=1000, off=0)
-    novelty_streak_code: int = _key(20, "The same when a block of the streak is shaped like "
-                                    "code or data (0 = off).", low=1, high=1000, off=0)
-    exact_streak: int = _key(3, "Consecutive prose blocks identical to an earlier one that trip "
-                             "exact-repeat (0 = off); 1 trips clean text.", low=1, high=1000,
-                             off=0)
+    shingle_chars: int = _key(4, "Shingle length of the low-novelty overlap (seed's value).",
+                                 low=2, high=16)
+    shingle_step: int = _key(2, "Shingles are taken every this many characters (seed's value).",
+                                low=1, high=16)
+    novelty_overlap: float = _key(0.7, "Jaccard overlap at which a block is not new. Swept with "
+                                       "the streak: 0.7/10 trips no clean stream; 0.7/8 and "
+                                       "0.6/10 do.",
+                                       low=0.05, high=1.0)
+    novelty_streak: int = _key(10, "Not-new prose blocks in a row that trip low-novelty (0 = off).",
+                                   low=1, high=1000, off=0)
+    novelty_streak_code: int = _key(20, "The same when the streak holds a code-shaped block (0 = "
+                                        "off). Swept: 14 trips clean code, 16 is the first clean; "
+                                        "20 keeps a margin.",
+                                        low=1, high=1000, off=0)
+    exact_streak: int = _key(3, "Prose blocks in a row identical to an earlier one that trip "
+                                "exact-repeat (0 = off). Swept: 1 trips clean text, 2 is the "
+                                "first clean; 3 keeps a margin.",
+                                low=1, high=1000, off=0)
 
 
 @dataclass(frozen=True)
@@ -124,96 +135,132 @@ class DegeneracyConfig(_Section):
     """degeneracy: blocks that carry no meaning (symbol and emoji floods)."""
 
     enabled: bool = _key(True, "Run the degeneracy rule on reasoning.")
-    on_text: bool = _key(False, "Also judge the visible answer (cutting what a user reads is a "
-                         "bigger step than cutting a thought).")
-    block_chars: int = _key(128, "Block size.", low=16, high=4096)
-    max_meaning_share: float = _key(0.08, "Gate: letters+digits over non-space at most this; a "
-                                    "block with words is never degenerate.", low=0.0, high=1.0)
+    on_text: bool = _key(False, "Also judge the visible answer; off because cutting what a user "
+                                "reads is a bigger step than cutting a thought.")
+    block_chars: int = _key(128, "Block size (seed's value).",
+                                 low=16, high=4096)
+    max_meaning_share: float = _key(0.08, "Gate: letters and digits over non-space at most this, "
+                                          "so a block with words is never degenerate (seed's "
+                                          "value).",
+                                          low=0.0, high=1.0)
     min_ink_share: float = _key(0.25, "Blocks with less non-space than this are layout (blank "
-                                "table rows), not floods.", low=0.0, high=1.0)
-    min_noise_share: float = _key(0.65, "noisy: symbols+emoji over non-space at least this.",
-                                  low=0.0, high=1.0)
-    max_variety: float = _key(0.3, "low-variety: distinct chars / min(non-space, window) at most.",
-                              low=0.0, high=10.0)
-    variety_window: int = _key(48, "Denominator cap of the variety ratio.", low=1, high=4096)
-    run_chars: int = _key(3, "A symbol run counts from this length.", low=2, high=4096)
-    min_runs: int = _key(3, "run-heavy: at least this many counted runs ...", low=1, high=4096)
-    long_run_chars: int = _key(24, "... or one symbol run at least this long.", low=2, high=4096)
-    min_emoji: int = _key(8, "emoji-flood: at least this many emoji ...", low=1, high=4096)
-    min_emoji_share: float = _key(0.4, "... and at least this share of non-space.",
-                                  low=0.0, high=1.0)
-    min_evidence: int = _key(2, "Flags besides the gate a block needs to be degenerate.",
-                             low=1, high=4)
-    streak: int = _key(3, "Consecutive degenerate blocks that trip; ASCII art and rst tables "
-                       "in CPython's stdlib reach 2.", low=1, high=1000)
+                                      "table rows), not floods. Swept: 0 trips a blank table "
+                                      "template, 0.1-0.6 trip nothing clean and miss nothing.",
+                                      low=0.0, high=1.0)
+    min_noise_share: float = _key(0.65, "noisy: symbols and emoji over non-space at least this "
+                                        "(seed's value).",
+                                        low=0.0, high=1.0)
+    max_variety: float = _key(0.3, "low-variety: distinct characters / min(non-space, "
+                                   "variety_window) at most this (seed's value).",
+                                   low=0.0, high=10.0)
+    variety_window: int = _key(48, "Denominator cap of the variety ratio (seed's value).",
+                                   low=1, high=4096)
+    run_chars: int = _key(3, "A symbol run counts from this length (seed's value).",
+                             low=2, high=4096)
+    min_runs: int = _key(3, "run-heavy: at least this many counted runs, or ... (seed's value).",
+                            low=1, high=4096)
+    long_run_chars: int = _key(24, "... one symbol run at least this long (seed's value).",
+                                   low=2, high=4096)
+    min_emoji: int = _key(8, "emoji-flood: at least this many emoji ... (seed's value).",
+                             low=1, high=4096)
+    min_emoji_share: float = _key(0.4, "... making at least this share of non-space (seed's "
+                                       "value).",
+                                       low=0.0, high=1.0)
+    min_evidence: int = _key(2, "Flags besides the gate a degenerate block needs. Swept with the "
+                                "streak: 3 misses a flood.",
+                                low=1, high=4)
+    streak: int = _key(3, "Degenerate blocks in a row that trip. Swept: 2 trips ASCII art and rst "
+                          "tables in CPython's stdlib; 3 trips nothing clean (the seed shipped 2).",
+                          low=1, high=1000)
 
 
 @dataclass(frozen=True)
 class CycleConfig(_Section):
     """cycle: the tail of a channel repeats with a period."""
 
-    max_period: int = _key(512, "Longest period looked for; must sit above every measured "
-                           "period (89-409 so far): a cap below a period fails silently.",
-                           low=2, high=4096, off=0)
-    min_span_reasoning: int = _key(384, "Reasoning tail that must repeat; reasoning restates "
-                                   "plans, so it needs more than text.", low=16, high=65536)
-    min_span_text: int = _key(256, "Visible-text tail that must repeat.", low=16, high=65536)
+    max_period: int = _key(512, "Longest period looked for; must sit above every measured period "
+                                "(89-443 so far), since a cap below a period fails silently. "
+                                "Swept: 128 misses 3 loops.",
+                                low=2, high=4096, off=0)
+    min_span_reasoning: int = _key(384, "Reasoning tail that must repeat. Swept 256-512: all "
+                                        "clean; 448 misses a real stall.",
+                                        low=16, high=65536)
+    min_span_text: int = _key(256, "Visible-text tail that must repeat. Swept: 192 trips a clean "
+                                   "stdlib file, 256 is the first clean.",
+                                   low=16, high=65536)
     min_span_code: int = _key(1536, "Tail that must repeat when the unit is shaped like code or "
-                              "data, which repeat verbatim for good reasons.", low=16, high=65536)
+                                    "data. Swept: 1024 trips stdlib code (periodic stretches "
+                                    "reach 1,030), 1280 is the first clean.",
+                                    low=16, high=65536)
     min_distinct: int = _key(2, "A unit with fewer distinct characters (====, ----) does not "
-                             "count.", low=1, high=64)
+                                "count.",
+                                low=1, high=64)
 
 
 @dataclass(frozen=True)
 class LinesConfig(_Section):
     """lines: a phrase pool, a loop with no period because its lines are reshuffled."""
 
-    min_mass: int = _key(1024, "Characters of repeated lines that trip (0 = off); every mass "
-                         "from 512 to 2048 trips no clean stream, 1024 halves the seed's cut.",
-                         low=64, high=1 << 24, off=0)
-    min_coverage: float = _key(0.6, "Share of counted characters in repeated lines.",
-                               low=0.0, high=1.0)
+    min_mass: int = _key(1024, "Characters of repeated lines that trip (0 = off). Swept 512-2048 "
+                               "at window 8192: all clean; 1024 halves the seed's 2048 cut.",
+                               low=64, high=1 << 24, off=0)
+    min_coverage: float = _key(0.6, "Share of counted characters in repeated lines. Swept "
+                                    "0.5-0.8: 0.8 misses a bleed.",
+                                    low=0.0, high=1.0)
     min_concentration: float = _key(4.0, "Sightings per distinct line; spares reasoning that "
-                                    "quotes code twice.", low=1.0, high=1000.0)
-    min_line_chars: int = _key(2, "Shorter stripped lines are not counted (}, ); ...).",
-                               low=1, high=1024)
-    count_indented: bool = _key(False, "Count indented lines; off because code repeats its "
-                                "lines legitimately and pool lines are not indented.")
-    window_chars: int = _key(8192, "Counted characters the rule looks back over.",
-                             low=256, high=1 << 24)
-    max_line_chars: int = _key(1024, "A longer line counts as unique mass and is not stored.",
-                               low=16, high=1 << 20)
+                                         "quotes code twice. Swept: 2 trips clean text, 3 is the "
+                                         "first clean.",
+                                         low=1.0, high=1000.0)
+    min_line_chars: int = _key(2, "Shorter stripped lines are not counted: }, ); and the like "
+                                  "(seed's value).",
+                                  low=1, high=1024)
+    count_indented: bool = _key(False, "Count indented lines; off because code repeats its lines "
+                                       "legitimately and no real pool line is indented.")
+    window_chars: int = _key(8192, "Counted characters the rule looks back over. Swept: 4096 "
+                                   "trips clean text, 8192 is the first clean; larger cuts later.",
+                                   low=256, high=1 << 24)
+    max_line_chars: int = _key(1024, "A longer line counts as unique mass and is not stored "
+                                     "(memory bound).",
+                                     low=16, high=1 << 20)
 
 
 @dataclass(frozen=True)
 class IdenticalChunksConfig(_Section):
     """identical-chunks (text): the same visible delta over and over."""
 
-    max_repeats: int = _key(60, "Consecutive visible deltas equal after stripping that trip "
-                            "(0 = off).", low=2, high=1 << 20, off=0)
+    max_repeats: int = _key(60, "Visible deltas in a row equal after stripping that trip (0 = "
+                                "off). Seed's value; 10-100 all trip nothing clean.",
+                                low=2, high=1 << 20, off=0)
 
 
 @dataclass(frozen=True)
 class LimitsConfig(_Section):
     """Hard caps per call."""
 
-    max_reasoning_chars: int = _key(120_000, "Reasoning characters one call may produce "
-                                    "(0 = off).", low=1, high=1 << 40, off=0)
+    max_reasoning_chars: int = _key(120_000, "Reasoning characters one call may produce (0 = "
+                                             "off): a budget, 3.4x the longest productive call in "
+                                             "the corpus (35,441).",
+                                             low=1, high=1 << 40, off=0)
 
 
 @dataclass(frozen=True)
 class StallConfig(_Section):
     """stall: calls that think without doing, across calls of one session."""
 
-    min_reasoning_chars: int = _key(2048, "Calls with less reasoning are not judged.",
-                                    low=0, high=1 << 30)
+    min_reasoning_chars: int = _key(2048, "Calls with less reasoning are not judged (seed's "
+                                          "value).",
+                                          low=0, high=1 << 30)
     similarity: float = _key(0.8, "4-gram containment in the previous judged call that makes a "
-                             "call restated (0 = off).", low=0.01, high=1.0, off=0.0)
-    max_stalled_calls: int = _key(3, "Stalled calls in a row that fire a reaction.",
-                                  low=1, high=1000)
-    reaction: str = _key("steer", "What a fire does.", choices=("warn", "steer", "cancel"))
-    max_fires: int = _key(4, "Fires per session at most (each fire resets the count).",
-                          low=0, high=1000)
+                                  "call restated (0 = off; seed's value).",
+                                  low=0.01, high=1.0, off=0.0)
+    max_stalled_calls: int = _key(3, "Stalled calls in a row that fire a reaction (seed's value).",
+                                     low=1, high=1000)
+    reaction: str = _key("steer", "What a fire does: warn (report only), steer (a notice the "
+                                  "model reads), cancel (end the turn).",
+                                  choices=("warn", "steer", "cancel"))
+    max_fires: int = _key(4, "Fires per session at most; each fire resets the count (seed's "
+                             "value).",
+                             low=0, high=1000)
     cancel_cause: str = _key("thinking-loop", "Cause given when the reaction is cancel.")
 
 
@@ -223,15 +270,19 @@ class ToolFailureConfig(_Section):
 
     enabled: bool = _key(True, "Run the tool-failure breaker.")
     steer_from: int = _key(2, "From this failure of the same signature on, the result carries "
-                           "guidance.", low=1, high=1000)
-    deny_after: int = _key(3, "Failures of the same key after which the identical call is "
-                           "denied before dispatch.", low=1, high=1000)
+                              "guidance (policy).",
+                              low=1, high=1000)
+    deny_after: int = _key(3, "Failures of the same key after which the identical call is denied "
+                              "before dispatch (policy).",
+                              low=1, high=1000)
     guidance: str = _key("prefix", "Whether guidance prefixes or replaces the failing result.",
-                         choices=("prefix", "replace"))
+                                   choices=("prefix", "replace"))
     error_chars: int = _key(160, "Normalised error text kept in a failure signature.",
-                            low=1, high=1 << 16)
-    max_arg_depth: int = _key(8, "Nesting kept in an argument key.", low=1, high=64)
-    max_arg_chars: int = _key(4096, "Characters kept of an argument key.", low=64, high=1 << 20)
+                                 low=1, high=1 << 16)
+    max_arg_depth: int = _key(8, "Nesting kept in an argument key (memory bound).",
+                                 low=1, high=64)
+    max_arg_chars: int = _key(4096, "Characters kept of an argument key (memory bound).",
+                                    low=64, high=1 << 20)
 
 
 @dataclass(frozen=True)
@@ -239,14 +290,15 @@ class RecoveryConfig(_Section):
     """What adapters do after a trip."""
 
     on_trip: str = _key("retry", "retry: re-ask once per turn with thinking off; stop: lawful "
-                        "finish with a notice; error: end with an error.",
-                        choices=("retry", "stop", "error"))
-    retries_per_turn: int = _key(1, "Retries without thinking per turn.", low=0, high=100)
+                                 "finish with a notice; error: end with an error.",
+                                 choices=("retry", "stop", "error"))
+    retries_per_turn: int = _key(1, "Retries without thinking per turn.",
+                                    low=0, high=100)
     max_request_retries: int = _key(2, "Re-sends of a response that never arrived intact.",
-                                    low=0, high=10)
+                                       low=0, high=10)
     notice: bool = _key(True, "Tell the model what was cut and to carry on.")
-    language: str = _key("auto", "Language of model-facing notices (auto follows the stream).",
-                         choices=("auto", "en", "zh"))
+    language: str = _key("auto", "Language of model-facing notices; auto follows the conversation.",
+                                 choices=("auto", "en", "zh"))
 
 
 @dataclass(frozen=True)

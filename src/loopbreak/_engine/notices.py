@@ -15,12 +15,12 @@ LANGUAGES: tuple[Language, ...] = ("en", "zh")
 TEXTS: dict[Language, dict[str, str]] = {
     "en": {
         "cut.reasoning": (
-            "[loopbreak] {chars} characters of your reasoning were cut because they kept "
+            "[loopbreak] Your reasoning was cut after {chars} characters because it kept "
             "repeating ({rule}). Do not repeat that reasoning. Carry on with the task from "
             "where it stands: take the next concrete step."
         ),
         "cut.text": (
-            "[loopbreak] {chars} characters of your output were cut because they kept "
+            "[loopbreak] Your output was cut after {chars} characters because it kept "
             "repeating ({rule}). Do not repeat that output. Carry on with the task from "
             "where it stands."
         ),
@@ -48,11 +48,11 @@ TEXTS: dict[Language, dict[str, str]] = {
     },
     "zh": {
         "cut.reasoning": (
-            "[loopbreak] 你的思考中有 {chars} 个字符在不断重复（{rule}），已被截断。"
+            "[loopbreak] 你的思考在 {chars} 个字符处被截断，因为它在不断重复（{rule}）。"
             "不要重复这些思考。请从当前进度继续完成任务：执行下一个具体步骤。"
         ),
         "cut.text": (
-            "[loopbreak] 你的输出中有 {chars} 个字符在不断重复（{rule}），已被截断。"
+            "[loopbreak] 你的输出在 {chars} 个字符处被截断，因为它在不断重复（{rule}）。"
             "不要重复这些输出。请从当前进度继续完成任务。"
         ),
         "stall": (

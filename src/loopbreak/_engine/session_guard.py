@@ -122,8 +122,9 @@ class SessionGuard:
         return max(0, recovery.retries_per_turn - self._retries)
 
     def notice(self, trip: Trip, cut_chars: int | None = None) -> str:
-        """What the model reads after ``trip``: how much repeating material was cut, and to
-        carry on. ``cut_chars`` defaults to the characters the rule saw."""
+        """What the model reads after ``trip``: after how many characters its repeating
+        reasoning or output was cut, and to carry on. ``cut_chars`` defaults to the
+        characters of the channel consumed up to the cut."""
         chars = trip.offset if cut_chars is None else cut_chars
         name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
         return render(name, self.language, chars=f"{chars:,}", rule=trip.rule)

@@ -5,8 +5,8 @@ loopbreak's full rule set on one channel and of each installed peer, on clean
 text (the Python standard library's source) and on looping text (the loop
 samples, each judged until it is stopped); the per-delta cost at 10 kB and at
 1 MB into one stream; and where each subject stopped each loop. People get rich
-tables on stderr (with a progress bar while it measures); ``--json`` prints one
-JSON object on stdout. The measuring lives in :mod:`loopbreak._bench`.
+tables on stdout (with a progress bar on stderr while it measures); ``--json``
+prints one JSON object on stdout instead. The measuring lives in :mod:`loopbreak._bench`.
 """
 
 from __future__ import annotations
@@ -126,11 +126,11 @@ def _short(name: str) -> str:
 
 
 def render(report: BenchReport) -> None:
-    """Print the report as tables on stderr."""
+    """Print the report as tables on stdout."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=True)
+    console = Console()
     s = report.settings
     m = report.machine
     far = report.reference.per_delta.far_target
