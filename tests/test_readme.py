@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from support import REPO
 
 from loopbreak._config import _describe, iter_keys
+from support import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
