@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loopbreak import CharCapDetector, IdenticalChunksConfig, IdenticalChunksDetector
-from support import feed_pieces
+from loopbreak._samples import data_text
+from support import feed_pieces, hard_negatives
 
 
 def test_identical_chunks_trips_after_max_repeats() -> None:
@@ -40,3 +43,23 @@ def test_char_cap_trips_on_the_first_character_beyond_it() -> None:
 
 def test_char_cap_is_off_at_zero() -> None:
     assert CharCapDetector(0).feed("a" * 1_000_000) is None
+
+
+def _tokens(text: str) -> list[str]:
+    """Deltas the way a tokenizer streams them: words with their leading space, runs of
+    punctuation, newlines."""
+    import re
+
+    return re.findall(r" ?\w+| ?[^\w\s]+|\s", text)
+
+
+@pytest.mark.parametrize("name", sorted(hard_negatives()))
+def test_identical_chunks_leaves_hard_negatives_alone(name: str) -> None:
+    assert feed_pieces(IdenticalChunksDetector(), _tokens(hard_negatives()[name]))[0] is None
+
+
+def test_char_cap_leaves_a_long_productive_call_alone() -> None:
+    text = data_text("clean_reasoning.txt")
+    detector = CharCapDetector(120_000)
+    pieces = [text] * (119_000 // len(text))
+    assert feed_pieces(detector, pieces)[0] is None and detector.consumed < 120_000

@@ -24,6 +24,11 @@ and the calibration sweep), tables whose rows share a layout but not their
 content. Known blind spot: a unit shorter than a block dragged along by varying
 content (a 6-char phrase with a counter scores ~0.22); the cycle and lines rules
 cover the short shapes.
+
+Measured 2026-12-01 (``loopbreak calibrate --only block-repeat``; 21 loops,
+3,412 clean streams): 0.7/10 trips no clean stream (0.7/8 and 0.6/10 do); a
+code streak of 14 trips CPython's ``test_enum.py``, 16 is the first clean; an
+exact streak of 1 trips clean text, 2 is the first clean.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ window recurred (``str.rfind``, in C); only those shifts are verified. Clean
 text yields almost no candidates, so the cost per character stays flat however
 long the stream grows, and the memory is the last ``max(min_span, 2 *
 max_period)`` characters plus one step.
+
+Measured 2026-12-01 (``loopbreak calibrate --only cycle``; 21 loops, 3,412 clean
+streams per channel): the defaults trip no clean stream and miss no loop; a
+text span of 192 or a code span of 1,024 trips clean text; a reasoning span of
+448 misses a real stall; a cap of 128 misses 3 real loops.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ A block is degenerate with the gate and >= ``min_evidence`` flags;
 up), symbol-flood (symbols alone are noisy or run-heavy) or degenerate-output.
 Known limits: pure-symbol ASCII art without labels can trip (raise ``streak``);
 a wall that is 95% symbols and 5% words passes the gate by design.
+
+Measured 2026-12-01 (``loopbreak calibrate --only degeneracy``; 3,412 clean
+streams): a streak of 2 trips ASCII-art boards and verbose regexes in CPython's
+standard library, 3 trips nothing clean; 3 flags miss the emoji flood; without
+the layout gate a blank table template trips.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ rule without it: coverage 0.64, but 1.78 sightings per line). The window makes
 a bleed that starts after long productive reasoning trip without waiting for
 the loop to outweigh the whole call, and bounds memory. Judged at each newline,
 so the decision does not depend on how the stream is split.
+
+Measured 2026-12-01 (``loopbreak calibrate --only lines``; 21 loops, 3,412
+clean streams per channel): every mass from 512 to 2,048 at window 8,192 trips
+no clean stream; a window of 4,096 trips a real productive call; concentration
+2 trips clean text; coverage 0.8 misses a real loop.
 """
 
 from __future__ import annotations
