@@ -59,8 +59,10 @@ class Sweep:
     fixed: dict[str, Any] = field(default_factory=dict)
 
     def aims_at(self, stream: LabelledStream) -> bool:
-        """Whether ``stream`` is a loop shape this rule exists to catch (by id or group)."""
-        return stream.id in self.targets or stream.group in self.targets
+        """Whether ``stream`` is a loop shape this rule exists to catch (by id or group).
+        Loops from a user's labelled file (group: the file's name) count for every rule."""
+        return stream.id in self.targets or stream.group in self.targets \
+            or stream.group.endswith(".jsonl")
 
     def settings(self) -> list[dict[str, Any]]:
         """Every combination of the varied keys' values."""

@@ -112,3 +112,43 @@ def sample_streams() -> Iterator[LabelledStream]:
                              sample.loop_start)
     for sample in clean_samples():
         yield LabelledStream(sample.name, "samples", "clean", sample.channel, sample.text)
+
+
+def labelled_jsonl(path: str | os.PathLike[str]) -> Iterator[LabelledStream]:
+    """Labelled streams from a JSONL file in the ``loopbreak scan`` format plus
+    ``"label": "loop" | "clean"`` (and optionally ``"loop_start"``, the character where
+    the loop begins). A bad line is a one-line error naming it."""
+    from loopbreak._engine.trip import CHANNELS
+
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{where}: invalid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: a stream must be a JSON object")
+        label, channel = obj.get("label"), obj.get("channel", "reasoning")
+        if label not in ("loop", "clean"):
+            raise InputError(f"{where}: 'label' must be 'loop' or 'clean', not {label!r}")
+        if channel not in CHANNELS:
+            raise InputError(f"{where}: unknown channel {channel!r}")
+        text = obj.get("text")
+        if text is None and isinstance(obj.get("pieces"), list):
+            text = "".join(p for p in obj["pieces"] if isinstance(p, str))
+        if not isinstance(text, str):
+            raise InputError(f"{where}: a stream needs 'text' or 'pieces'")
+        start = obj.get("loop_start")
+        yield LabelledStream(str(obj.get("id", f"{path.name}:{number}")), path.name, label,
+                             channel, text, start if isinstance(start, int) else None)

@@ -71,6 +71,22 @@ def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 409
     return text
 
 
+_FAILURE = re.compile(
+    r"^\s*(?:error\b|\w*error:|exception\b|traceback \(most recent call last\)|fatal\b|"
+    r"failed\b|failure\b|command failed|permission denied|no such file|E[A-Z]{2,}\b:)"
+    r"|\bexit(?:ed with)? (?:code|status) [1-9]\d*\b|\bcommand not found\b"
+    r"|\bno such file or directory\b",
+    re.IGNORECASE,
+)
+
+
+def looks_like_failure(result: str) -> bool:
+    """Whether a tool result reads as a failure, for logs and protocols that do not flag
+    one (an OpenAI ``role: tool`` message has no error field): it starts like an error
+    report or says a command exited non-zero. Hosts that know should say so instead."""
+    return bool(_FAILURE.search(result[:2000]))
+
+
 def normalise_error(text: str, max_chars: int = 160) -> str:
     """Error text with what changes between identical failures taken out."""
     text = _HEX.sub("<hex>", text.lower())

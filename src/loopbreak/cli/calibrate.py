@@ -30,6 +30,7 @@ from loopbreak._corpus import (
     alpaca_outputs,
     corpus_dir,
     dsh_loop_guard,
+    labelled_jsonl,
     sample_streams,
     stdlib_sources,
 )
@@ -39,6 +40,9 @@ from loopbreak._errors import InputError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", metavar="DIR",
                         help="corpus folder (default: $LOOPBREAK_CORPUS or ../shared/corpus)")
+    parser.add_argument("--input", action="append", metavar="FILE", default=[],
+                        help="labelled JSONL (scan format plus \"label\": \"loop\"|\"clean\", "
+                             "optional \"loop_start\"); repeatable")
     parser.add_argument("--only", action="append", metavar="NAME", default=[],
                         help="run only sweeps whose name contains NAME (repeatable)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
@@ -62,6 +66,8 @@ def _corpora(args: argparse.Namespace) -> tuple[list[LabelledStream], list[Label
         note = (f"corpus not found at {root} (set LOOPBREAK_CORPUS); sweeping the project's "
                 f"samples and the standard library only")
     own = list(sample_streams())
+    for path in args.input:
+        own.extend(labelled_jsonl(path))
     loops = [s for s in real + own if s.label == "loop"]
     clean = [s for s in real + own if s.label == "clean"]
     return loops, clean, note

@@ -1,0 +1,173 @@
+"""``loopbreak analyze``: replay recorded sessions and report where each rule would have cut.
+
+With no path it reads ``~/.dsh/sessions`` when that exists, and otherwise a
+bundled demo session log (written by the real DeepSeek Harness CLI against this
+project's scripted upstream), so a new user sees a real report at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from loopbreak._analyze import SessionReport, analyze_events, display_path, report_dict, summary
+from loopbreak._config import Config, load_config
+from loopbreak._errors import InputError, LoopbreakError
+
+DEFAULT_STORE = Path("~/.dsh/sessions")
+DEMO_LOG = "demo.session.jsonl"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="session logs, folders of them, JSONL logs or text files "
+                             "(default: ~/.dsh/sessions, else the bundled demo log)")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="files analysed in parallel (default 1)")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+
+
+def demo_log() -> Path:
+    """The bundled demo session log."""
+    return Path(str(resources.files("loopbreak").joinpath("_data").joinpath(DEMO_LOG)))
+
+
+def default_paths() -> tuple[list[Path], str]:
+    store = DEFAULT_STORE.expanduser()
+    if store.is_dir() and any(store.iterdir()):
+        return [store], f"reading {store}"
+    return [demo_log()], ("no path given and no ~/.dsh/sessions: analysing the bundled demo "
+                          "session")
+
+
+def analyze_file(path: Path, config: Config) -> tuple[list[SessionReport], str | None]:
+    """Every session in one file, or the one-line reason the file cannot be read."""
+    from loopbreak.transcripts import read_path
+
+    try:
+        return list(analyze_events(read_path(path), display_path(path), config)), None
+    except LoopbreakError as exc:
+        return [], str(exc)
+
+
+def run(args: argparse.Namespace) -> int:
+    from loopbreak.transcripts import find_sources
+
+    if args.jobs < 1:
+        raise InputError(f"--jobs must be >= 1, not {args.jobs}")
+    config = load_config(args.config).config
+    note = None
+    if args.paths:
+        roots = [Path(p) for p in args.paths]
+    else:
+        roots, note = default_paths()
+    files = find_sources(roots)
+    if not files:
+        raise InputError(f"no session logs or recordings under {', '.join(map(str, roots))}")
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    err = Console(stderr=True)
+    if note and not args.json:
+        err.print(note)
+    reports: list[SessionReport] = []
+    errors: list[str] = []
+    work = functools.partial(analyze_file, config=config)
+    with Progress(console=err, transient=True, disable=len(files) < 2) as progress:
+        task = progress.add_task("analysing", total=len(files))
+        results: list[tuple[list[SessionReport], str | None]] = []
+        if args.jobs > 1 and len(files) > 1:
+            with ProcessPoolExecutor(min(args.jobs, os.cpu_count() or 1)) as pool:
+                for result in pool.map(work, files, chunksize=4):
+                    results.append(result)
+                    progress.advance(task)
+        else:
+            for path in files:
+                results.append(work(path))
+                progress.advance(task)
+    for found, error in results:
+        reports.extend(found)
+        if error:
+            errors.append(error)
+    if args.html:
+        from loopbreak._report_html import render_html
+
+        try:
+            Path(args.html).write_text(render_html(reports), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot write {args.html}: {exc.strerror}") from None
+    if args.json:
+        out: dict[str, Any] = report_dict(reports)
+        out["errors"] = errors
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        _print(reports, errors)
+    if errors:
+        print(f"loopbreak: error: {len(errors)} of {len(files)} files could not be read "
+              f"(first: {errors[0]})", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _print(reports: list[SessionReport], errors: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 132))
+    sessions = Table(title="sessions", title_justify="left")
+    for name in ("session", "calls", "cut", "rules", "saved chars", "≈ tokens", "stalls",
+                 "tool steer/deny", "unread"):
+        sessions.add_column(name, justify="left" if name in ("session", "rules") else "right")
+    for r in reports:
+        t = r.totals()
+        unread = r.read.get("bad_rows", 0) + sum(r.read.get("unknown_rows", {}).values())
+        lost = r.read.get("lost_bytes", 0)
+        sessions.add_row(
+            f"{Path(r.path).name}\n[dim]{r.session}[/]", str(t["calls"]), str(t["cut_calls"]),
+            ", ".join(f"{k} ×{v}" for k, v in t["rules"].items()) or "-",
+            f"{t['saved_chars']:,}", f"{t['saved_tokens']:,}", str(len(r.stalls)),
+            f"{t['tool_steers']}/{t['tool_denials']}",
+            f"{unread} rows" + (f", {lost:,} B lost" if lost else "") if unread or lost else "-")
+    console.print(sessions)
+    cuts = [(r, c) for r in reports for c in r.calls if c.cut]
+    if cuts:
+        table = Table(title="calls that would have been cut", title_justify="left")
+        for name in ("session", "turn", "step", "channel", "rule", "cut at", "call chars",
+                     "saved", "≈ tokens"):
+            table.add_column(name, justify="left" if name in ("session", "rule", "channel")
+                             else "right")
+        for r, c in cuts:
+            assert c.cut is not None
+            table.add_row(r.session[:28], str(c.turn), str(c.step), c.cut.channel, c.cut.rule,
+                          f"{c.cut.offset:,}", f"{c.chars:,}", f"{c.saved_chars:,}",
+                          f"{c.saved_tokens:,}")
+        console.print(table)
+    actions = [(r, a) for r in reports for a in r.tool_actions]
+    if actions:
+        table = Table(title="tool-failure breaker", title_justify="left")
+        for name in ("session", "turn", "tool", "action", "failures"):
+            table.add_column(name)
+        for r, a in actions:
+            table.add_row(r.session[:28], str(a.turn), a.tool, a.action, str(a.failures))
+        console.print(table)
+    total = summary(reports)
+    console.print(
+        f"[bold]{total['sessions']} sessions, {total['calls']} calls: {total['cut_calls']} would "
+        f"have been cut, saving {total['saved_chars']:,} characters (≈ {total['saved_tokens']:,} "
+        f"tokens); {total['stall_fires']} stall fires, {total['tool_steers']} tool steers, "
+        f"{total['tool_denials']} denials.[/]", highlight=False)
+    for error in errors:
+        console.print(f"[red]unreadable:[/] {error}", highlight=False)

@@ -1,0 +1,110 @@
+"""Server-sent events, parsed incrementally from network reads.
+
+Bytes arrive in arbitrary pieces: an event can span reads, a read can hold
+several events, a UTF-8 character can be split between two reads. The parser
+keeps the raw bytes of the event being read (so the proxy relays them
+unchanged), decodes complete lines only, and hands out each event, comment
+(keep-alive) or blank separator as soon as its terminating blank line arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""An event larger than this is not an event stream we can relay safely."""
+
+
+class SSEError(ValueError):
+    """The byte stream is not a valid event stream."""
+
+
+@dataclass
+class SSEEvent:
+    """One event: its ``event`` name, joined ``data`` lines, and the exact bytes it came in.
+
+    A block made only of comment lines (``: keep-alive``) has ``comment`` set and no
+    data; the proxy relays it as it came.
+    """
+
+    raw: bytes
+    event: str = ""
+    data: str = ""
+    has_data: bool = False
+    comment: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class SSEParser:
+    """Feed bytes, get complete events."""
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buffer = bytearray()
+        self._max = max_event_bytes
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that do not yet form a complete event."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        """Add ``data``; return every event it completed, in order."""
+        self._buffer += data
+        events: list[SSEEvent] = []
+        while True:
+            end, sep_len = _find_blank_line(self._buffer)
+            if end < 0:
+                if len(self._buffer) > self._max:
+                    raise SSEError(f"an event grew past {self._max:,} bytes without ending")
+                return events
+            raw = bytes(self._buffer[: end + sep_len])
+            del self._buffer[: end + sep_len]
+            events.append(_parse_block(raw, raw[:end]))
+
+    def close(self) -> bytes:
+        """The bytes left over when the stream ended (an unfinished event), cleared."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
+
+def _find_blank_line(buf: bytearray) -> tuple[int, int]:
+    """Index where the first event block ends and the length of its separator."""
+    best = -1
+    best_len = 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buf.find(sep)
+        if i >= 0 and (best < 0 or i < best):
+            best, best_len = i, len(sep)
+    return best, best_len
+
+
+def _parse_block(raw: bytes, block: bytes) -> SSEEvent:
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SSEError(f"event is not UTF-8 (byte {exc.start})") from None
+    event = SSEEvent(raw=raw)
+    comments = []
+    data_lines = []
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if not line:
+            continue
+        if line.startswith(":"):
+            comments.append(line[1:].lstrip())
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data_lines.append(value)
+        elif name == "event":
+            event.event = value
+        else:
+            event.fields[name] = value
+    if data_lines:
+        event.has_data = True
+        event.data = "\n".join(data_lines)
+    elif comments:
+        event.comment = "\n".join(comments)
+    return event

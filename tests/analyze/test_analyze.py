@@ -1,0 +1,115 @@
+"""``loopbreak analyze``: recorded sessions replayed through the same engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import loopbreak
+from loopbreak._analyze import analyze_events, report_dict
+from loopbreak._samples import clean_reasoning, phrase_pool, verbatim_loop
+from loopbreak.cli import main
+from loopbreak.transcripts import (
+    Delta,
+    ReadReport,
+    RecordedCall,
+    SessionStart,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    read_path,
+)
+from support import load_fixture
+from transcripts import dsh_fixtures
+
+
+def _reasoning_call(turn: int, step: int, text: str, size: int = 20) -> RecordedCall:
+    return RecordedCall(turn, step, tuple(Delta("reasoning", text[i : i + size])
+                                          for i in range(0, len(text), size)), finish="stop")
+
+
+def test_real_bleeds_in_a_session_log_are_cut_where_scan_cuts_them(
+        corpus: Path, tmp_path: Path) -> None:
+    bleeds = load_fixture(corpus, "fixtures-reasoning-lines.json")["bleeds"]
+    for item in bleeds:
+        text = item["head"]
+        pieces = dsh_fixtures.split(text, 20)
+        log = dsh_fixtures.reasoning_log(text, pieces, session=f"bleed-{item['seq']}")
+        path = dsh_fixtures.write_zstd(tmp_path / f"bleed{item['seq']}.session.jsonl.zstd", log)
+        (report,) = analyze_events(read_path(path), str(path))
+        (call,) = report.calls
+        trip = loopbreak.scan(pieces)
+        assert trip is not None and call.cut is not None
+        assert (call.cut.rule, call.cut.offset, call.cut.at) == (trip.rule, trip.offset, trip.at)
+        assert call.saved_chars == len(text) - trip.offset
+
+
+def _session_events() -> list[object]:
+    failing = ToolResult(1, "c1", "read", '{"path": "missing.py"}',
+                         "Error: no such file: missing.py", failed=True, error_code="ENOENT")
+    return [
+        SessionStart("s1", "test"), TurnStart(1),
+        _reasoning_call(1, 1, verbatim_loop().text),
+        failing, failing, failing, failing,
+        _reasoning_call(1, 2, clean_reasoning().text),
+        TurnEnd(1), TurnStart(2),
+        _reasoning_call(2, 1, phrase_pool().text[:12000]),
+        TurnEnd(2), ReadReport("x", rows=9),
+    ]
+
+
+def test_report_has_cuts_tool_actions_and_stalls() -> None:
+    (report,) = analyze_events(_session_events(), "mem")  # type: ignore[arg-type]
+    cuts = [(c.turn, c.step, c.cut.rule if c.cut else None) for c in report.calls]
+    assert cuts == [(1, 1, "cycle"), (1, 2, None), (2, 1, "lines")]
+    actions = [(a.action, a.failures) for a in report.tool_actions]
+    # Guidance from the 2nd identical failure; denial once the key failed 3 times.
+    assert actions == [("steer", 2), ("steer", 3), ("deny", 3), ("steer", 4)]
+    assert report.calls[0].stall is not None and report.calls[0].stall["reason"] == \
+        "reasoning-only"
+    totals = report.totals()
+    assert totals["cut_calls"] == 2 and totals["tool_denials"] == 1
+    assert totals["saved_chars"] == sum(c.saved_chars for c in report.calls) > 10_000
+
+
+def test_json_shape_is_stable() -> None:
+    out = report_dict(list(analyze_events(_session_events(), "mem")))  # type: ignore[arg-type]
+    assert set(out) == {"sessions", "summary"}
+    (session,) = out["sessions"]
+    assert {"path", "calls", "stalls", "tool_actions"} <= set(session)
+    assert {"turn", "step", "channel", "rule", "offset", "chars", "saved_chars"} <= \
+        set(session["calls"][0])
+    assert out["summary"]["sessions"] == 1 and out["summary"]["cut_calls"] == 2
+    json.dumps(out)
+
+
+def test_cli_reads_real_logs_in_parallel_and_reports_unreadable_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "b").mkdir()
+    logs = [dsh_fixtures.write_plain(tmp_path / "a.session.jsonl", dsh_fixtures.synthetic_log()),
+            dsh_fixtures.write_zstd(tmp_path / "b" / "session.jsonl.zstd",
+                                    dsh_fixtures.reasoning_log(verbatim_loop().text))]
+    assert all(p.exists() for p in logs)
+    assert main(["analyze", str(tmp_path), "--json", "--jobs", "2"]) == 0
+    parallel = json.loads(capsys.readouterr().out)
+    assert main(["analyze", str(tmp_path), "--json"]) == 0
+    serial = json.loads(capsys.readouterr().out)
+    assert parallel == serial and parallel["summary"]["sessions"] == 2
+    assert parallel["summary"]["cut_calls"] == 1
+    (tmp_path / "broken.session.jsonl.zstd").write_bytes(b"not zstd at all")
+    bad = tmp_path / "binary.txt"
+    bad.write_bytes(b"\xff\xfe\x00")
+    code = main(["analyze", str(tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "could not be read" in lines[0]
+    assert json.loads(captured.out)["summary"]["sessions"] >= 2
+
+
+def test_cli_missing_path_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "/nonexistent/sessions"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "loopbreak: error: /nonexistent/sessions: no such file or directory"

@@ -1,0 +1,77 @@
+"""``loopbreak calibrate``: sweeps over labelled streams, and the shortcut they rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopbreak._calibrate import _trips, standard_sweeps
+from loopbreak._corpus import sample_streams, stdlib_sources
+from loopbreak._samples import verbatim_loop
+from loopbreak.cli import main
+
+
+@pytest.mark.slow
+def test_monotone_sweeps_can_prefilter_on_their_loosest_setting() -> None:
+    """A clean stream that a setting trips is tripped by the sweep's loosest setting too,
+    so running only the loosest over the large corpora loses nothing."""
+    hard = [s for s in stdlib_sources(("reasoning",)) if s.id in {
+        "test/test_email/test_email.py", "test/test_gettext.py", "test/test_enum.py",
+        "test/test_generators.py", "idlelib/pyparse.py", "test/test_pprint.py"}]
+    hard += [s for s in sample_streams() if s.label == "clean"]
+    assert len(hard) >= 8
+    checked = 0
+    for sweep in standard_sweeps():
+        if sweep.loosest is None:
+            continue
+        loose = {sid for sid, _ in _trips((sweep, dict(zip(sweep.keys, sweep.loosest)), hard))}
+        for setting in sweep.settings():
+            tripped = {sid for sid, _ in _trips((sweep, setting, hard))}
+            assert tripped <= loose, (sweep.name, setting)
+            checked += 1
+    assert checked > 40
+
+
+def test_calibrate_takes_labelled_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPBREAK_CORPUS", str(tmp_path / "absent"))
+    loop = verbatim_loop()
+    labelled = tmp_path / "mine.jsonl"
+    labelled.write_text(
+        json.dumps({"id": "my-loop", "text": loop.text, "label": "loop",
+                    "loop_start": loop.loop_start}) + "\n"
+        + json.dumps({"id": "my-clean", "text": "A fine answer.\n" * 3, "label": "clean",
+                      "channel": "text"}) + "\n", encoding="utf-8")
+    assert main(["calibrate", "--input", str(labelled), "--only", "period cap",
+                 "--stdlib-every", "400", "--jobs", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "corpus not found" in out["note"]
+    (sweep,) = out["sweeps"]
+    default = next(r for r in sweep["rows"] if r["default"])
+    assert "my-loop" in default["cuts"] and default["cuts"]["my-loop"] < 1000
+    assert default["clean_trips"] == 0
+    tiny = next(r for r in sweep["rows"] if r["setting"] == {"cycle.max_period": 64})
+    assert "my-loop" in tiny["missed"]
+
+
+def test_bad_labelled_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "x", "label": "maybe"}\n', encoding="utf-8")
+    assert main(["calibrate", "--input", str(bad), "--only", "period cap"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("'label' must be 'loop' or 'clean', not 'maybe'") and "\n" not in err
+
+
+def test_cases_lists_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPBREAK_CORPUS", str(tmp_path / "absent"))
+    assert main(["calibrate", "--cases", "--stdlib-every", "400", "--jobs", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    loops = {item["id"]: item for item in out["loops"]}
+    expected = {s.id for s in sample_streams() if s.label == "loop"}
+    assert set(loops) == expected
+    assert all(item["rule"] for item in loops.values())
+    assert all(not group["tripped"] for group in out["clean"].values())
+
