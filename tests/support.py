@@ -137,3 +137,7 @@ def hard_negatives() -> dict[str, str]:
         "stdlib-test-exception-variations": stdlib_source("test/test_exception_variations.py"),
         "stdlib-email-test": stdlib_source("test/test_email/test_email.py"),
     }
+
+
+ProxyFactory = Callable[..., Any]
+"""Starts a proxy in front of the test's scripted upstream (fixture ``proxy_for``)."""

@@ -302,6 +302,26 @@ class RecoveryConfig(_Section):
 
 
 @dataclass(frozen=True)
+class ProxyConfig(_Section):
+    """How ``loopbreak proxy`` talks to the upstream (the engine never reads these)."""
+
+    dialect: str = _key("auto", "How a retry turns thinking off: auto reads the request (thinking, "
+                        "chat_template_kwargs, think, reasoning_effort).",
+                        choices=("auto", "deepseek", "anthropic", "vllm", "ollama", "openai",
+                                 "none"))
+    retry_effort: str = _key("low", "reasoning_effort a retry asks of an OpenAI-style upstream.",
+                             choices=("minimal", "low", "none"))
+    max_body_bytes: int = _key(32 << 20, "Largest request body accepted (413 beyond).",
+                               low=1024, high=1 << 31)
+    connect_timeout: float = _key(10.0, "Seconds to connect to the upstream (502 beyond).",
+                                  low=0.1, high=600.0)
+    idle_timeout: float = _key(300.0, "Seconds the upstream may send nothing (504, or a lawful "
+                               "error mid-stream).", low=1.0, high=86400.0)
+    reload_seconds: float = _key(2.0, "How often the config file is checked for changes.",
+                                 low=0.1, high=3600.0)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration. Every section and key is optional."""
 
@@ -314,6 +334,7 @@ class Config:
     stall: StallConfig = field(default_factory=StallConfig)
     tool_failure: ToolFailureConfig = field(default_factory=ToolFailureConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
 
     def __post_init__(self) -> None:
         br = self.block_repeat

@@ -30,6 +30,8 @@ from loopbreak.testing import (
     Text,
     ToolCall,
     Usage,
+    anthropic_body,
+    anthropic_events,
     openai_events,
 )
 
@@ -211,6 +213,22 @@ def test_openai_sync_stream_reassembles_exact_deltas(
     record = upstream.requests[0]
     assert record.wait(2)
     assert record.outcome == "completed"
+
+
+def test_deepseek_flavour_names_both_fields(upstream: ScriptedUpstream) -> None:
+    script = Script.openai(reasoning=REASONING, text=TEXT, flavour="deepseek")
+    upstream.enqueue(script, script)
+    got = OpenAIStream()
+    for chunk in oai(upstream).chat.completions.create(
+        model="deepseek-v4-flash", messages=MESSAGES, stream=True
+    ):
+        got.add(chunk)
+    assert (got.reasoning, got.text) == (pieces(script, Reasoning), pieces(script, Text))
+    raw = http(upstream).post(upstream.base_url + "/chat/completions", json={"stream": True})
+    deltas = [json.loads(d)["choices"][0]["delta"] for d in sse_data(raw.content)[:-1]]
+    assert deltas[0] == {"role": "assistant", "content": None, "reasoning_content": ""}
+    assert deltas[1] == {"content": None, "reasoning_content": REASONING[:8]}
+    assert {"content": TEXT[:8], "reasoning_content": None} in deltas
 
 
 def test_openai_async_stream_with_tool_calls_and_small_writes(
@@ -430,6 +448,24 @@ def test_non_streaming_responses_parse_with_both_sdks(upstream: ScriptedUpstream
     assert [r.stream for r in upstream.requests] == [False, False]
 
 
+def test_non_streaming_repeat_keeps_the_streamed_block_order() -> None:
+    script = Script.from_pieces([("reasoning", "r"), ("text", "t")]).repeated(2)
+    ctx = Context("anthropic", "c", "msg_1", 0, seq=0)
+    body = anthropic_body(script, ctx)
+    assert [(b["type"], b.get("thinking", b.get("text"))) for b in body["content"]] == [
+        ("thinking", "r"),
+        ("text", "t"),
+        ("thinking", "r"),
+        ("text", "t"),
+    ]
+    started = [
+        json.loads(e.data)["content_block"]["type"]
+        for e in anthropic_events(script, ctx)
+        if e.name == "content_block_start"
+    ]
+    assert started == ["thinking", "text", "thinking", "text"]
+
+
 # -- misbehaviour -----------------------------------------------------------------------
 
 
@@ -476,6 +512,20 @@ def test_in_stream_error_events_reach_the_sdks(upstream: ScriptedUpstream) -> No
             model="c", max_tokens=5, messages=MESSAGES, stream=True
         ):
             pass
+
+
+def test_expect_100_continue(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(text="ok"))
+    body = b'{"stream": false}'
+    with socket.create_connection(("127.0.0.1", upstream.port), timeout=2) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        assert sock.recv(100).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert upstream.requests[0].body == {"stream": False}
 
 
 def test_early_close_is_visible(upstream: ScriptedUpstream) -> None:

@@ -135,6 +135,10 @@ class SessionGuard:
         """Ask before dispatching a tool call; a denial carries the reason to show the model."""
         return self._tools.before(name, arguments, self.language)
 
+    def may_deny(self, name: str) -> bool:
+        """Whether some call of tool ``name`` would be denied now."""
+        return self._tools.may_deny(name)
+
     def after_tool(self, name: str, arguments: Any, result: str = "", *, failed: bool = False,
                    error_code: str | None = None, error_text: str | None = None
                    ) -> ToolGuidance | None:

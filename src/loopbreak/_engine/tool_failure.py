@@ -136,6 +136,13 @@ class ToolFailureBreaker:
         self._key_failures.clear()
         self._signature_failures.clear()
 
+    def may_deny(self, name: str) -> bool:
+        """Whether some call of tool ``name`` is denied now (cheap: no arguments needed)."""
+        cfg = self._config
+        prefix = f"{name}\x00"
+        return cfg.enabled and any(count >= cfg.deny_after and key.startswith(prefix)
+                                   for key, count in self._key_failures.items())
+
     def failures(self, name: str, arguments: Any) -> int:
         """How often this exact call failed in this turn."""
         return self._key_failures.get(self.key(name, arguments), 0)

@@ -18,6 +18,7 @@ from loopbreak._errors import LoopbreakError
 COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("loopbreak.cli.scan", "judge streams given as JSONL or text files (batch contract)"),
     "analyze": ("loopbreak.cli.analyze", "replay recorded sessions: where rules would have cut"),
+    "proxy": ("loopbreak.cli.proxy", "guard an OpenAI- or Anthropic-style endpoint over HTTP"),
     "demo": ("loopbreak.cli.demo", "replay bundled loops and clean streams through the engine"),
     "bench": ("loopbreak.cli.bench", "measure engine throughput against peer packages"),
     "calibrate": ("loopbreak.cli.calibrate", "sweep rule thresholds over labelled corpora"),

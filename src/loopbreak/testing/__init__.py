@@ -33,6 +33,7 @@ from loopbreak.testing._script import (
     Delivery,
     Dialect,
     Event,
+    Flavour,
     Reasoning,
     Script,
     Text,
@@ -60,6 +61,7 @@ __all__ = [
     "Delivery",
     "Dialect",
     "Event",
+    "Flavour",
     "Outcome",
     "Reasoning",
     "RecordedRequest",
@@ -77,8 +79,9 @@ __all__ = [
     "split_chars",
 ]
 
+# Show public classes as ``loopbreak.testing.X``, not as the private module they live in.
 for _name in __all__:
     _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and isinstance(_obj, type):
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._") and isinstance(_obj, type):
         _obj.__module__ = __name__
 del _name, _obj

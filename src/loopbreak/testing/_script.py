@@ -23,6 +23,16 @@ from typing import Any, Literal
 Dialect = Literal["openai", "anthropic"]
 """The two wire formats the upstream speaks."""
 
+Flavour = Literal["openai", "deepseek"]
+"""How OpenAI-style deltas are spelled.
+
+``openai``: a delta names only what it carries; the first chunk is
+``{"role":"assistant","content":""}``. ``deepseek``: as DeepSeek sends them, every
+reasoning or text delta names both fields, the unused one ``null``
+(``{"content":null,"reasoning_content":"..."}``), and the first chunk is
+``{"role":"assistant","content":null,"reasoning_content":""}``.
+"""
+
 CloseHow = Literal["drop", "reset", "end"]
 """How an early close looks on the wire.
 
@@ -119,7 +129,11 @@ class ToolCall:
     ) -> ToolCall:
         """A call whose arguments (a JSON string, or a mapping to serialise) are
         cut into pieces of ``piece_chars`` characters."""
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        # Models write raw UTF-8 in arguments; keeping it unescaped puts multi-byte
+        # characters on the wire where a split write can cut them.
+        text = (
+            arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        )
         return cls(name, tuple(split_chars(text, piece_chars)), id)
 
     @property
@@ -231,6 +245,8 @@ class Script:
     reasoning_field: str = "reasoning_content"
     """OpenAI delta field for reasoning: DeepSeek ``reasoning_content``, vLLM and
     OpenRouter ``reasoning``."""
+    flavour: Flavour = "openai"
+    """OpenAI route: how deltas are spelled (see :data:`Flavour`)."""
     signature: str = DEFAULT_SIGNATURE
     """Anthropic: the ``signature_delta`` closing each thinking block ("" for none)."""
     role_chunk: bool = True
@@ -300,6 +316,8 @@ class Script:
             raise ValueError(f"'close_how' must be 'drop', 'reset' or 'end': {self.close_how!r}")
         if not self.reasoning_field:
             raise ValueError("'reasoning_field' must not be empty: ''")
+        if self.flavour not in ("openai", "deepseek"):
+            raise ValueError(f"'flavour' must be 'openai' or 'deepseek': {self.flavour!r}")
 
     # -- builders ---------------------------------------------------------------
 
@@ -333,11 +351,13 @@ class Script:
         tool_calls: Iterable[ToolCall] = (),
         piece_chars: int = 8,
         reasoning_field: str = "reasoning_content",
+        flavour: Flavour = "openai",
         finish_reason: str | None = None,
         usage: Usage | None = None,
         model: str | None = None,
     ) -> Script:
-        """:meth:`reply` for the OpenAI route, reasoning in ``reasoning_field``."""
+        """:meth:`reply` for the OpenAI route, reasoning in ``reasoning_field``,
+        deltas spelled the ``flavour`` way."""
         script = cls.reply(
             reasoning=reasoning,
             text=text,
@@ -348,7 +368,7 @@ class Script:
             model=model,
             dialect="openai",
         )
-        return replace(script, reasoning_field=reasoning_field)
+        return replace(script, reasoning_field=reasoning_field, flavour=flavour)
 
     @classmethod
     def anthropic(

@@ -94,9 +94,12 @@ def openai_events(script: Script, ctx: Context) -> Iterator[WireEvent]:
             obj["usage"] = None
         return WireEvent(dumps(obj), finish=finish is not None)
 
+    field = script.reasoning_field
+    deepseek = script.flavour == "deepseek"
     role_pending = not script.role_chunk
     if script.role_chunk:
-        yield chunk({"role": "assistant", "content": ""})
+        first = {"role": "assistant", "content": None, field: ""} if deepseek else None
+        yield chunk(first or {"role": "assistant", "content": ""})
 
     def with_role(delta: dict[str, Any]) -> dict[str, Any]:
         nonlocal role_pending
@@ -108,9 +111,11 @@ def openai_events(script: Script, ctx: Context) -> Iterator[WireEvent]:
     calls = 0
     for event in script.iter_events():
         if isinstance(event, Reasoning):
-            yield chunk(with_role({script.reasoning_field: event.text}))
+            delta = {"content": None, field: event.text} if deepseek else {field: event.text}
+            yield chunk(with_role(delta))
         elif isinstance(event, Text):
-            yield chunk(with_role({"content": event.text}))
+            delta = {"content": event.text, field: None} if deepseek else {"content": event.text}
+            yield chunk(with_role(delta))
         else:
             start = {
                 "index": calls,
@@ -261,7 +266,7 @@ def anthropic_body(script: Script, ctx: Context) -> dict[str, Any]:
     """The non-streaming Messages response of ``script``."""
     content: list[dict[str, Any]] = []
     calls = 0
-    for event in script.events:
+    for event in script.iter_events():
         last = content[-1] if content else None
         if isinstance(event, Reasoning):
             if last is not None and last["type"] == "thinking":
@@ -285,11 +290,6 @@ def anthropic_body(script: Script, ctx: Context) -> dict[str, Any]:
                 }
             )
             calls += 1
-    if script.repeat > 1:
-        for block in content:
-            for key in ("thinking", "text"):
-                if key in block:
-                    block[key] *= script.repeat
     usage = script.usage_or_default()
     return {
         "id": ctx.response_id,

@@ -160,7 +160,9 @@ class _Connection:
     """One client connection: a read buffer shared by the request parser and the
     disconnect watcher, so bytes the watcher reads are never lost."""
 
-    def __init__(self, number: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self, number: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.number = number
         self.reader = reader
         self.writer = writer
@@ -338,6 +340,11 @@ class ScriptedUpstream:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._bound_port: int | None = None
+
+    def __repr__(self) -> str:
+        where = self.url if self._bound_port is not None else "not started"
+        state = "running" if self._server is not None else "stopped"
+        return f"<ScriptedUpstream {where} {state}, {len(self._records)} requests>"
 
     # -- addresses ---------------------------------------------------------------
 
@@ -631,7 +638,11 @@ class ScriptedUpstream:
         return "openai"
 
     async def _read_body(self, conn: _Connection, headers: dict[str, str]) -> bytes | None:
+        # curl waits a second for a "100 Continue" before sending a body over 1 KiB.
+        expects = "100-continue" in headers.get("expect", "").lower()
         if "chunked" in headers.get("transfer-encoding", "").lower():
+            if expects:
+                conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             parts = bytearray()
             while True:
                 line = await conn.read_until(b"\r\n", 1024)
@@ -661,6 +672,8 @@ class ScriptedUpstream:
             raise _BadRequest(400, f"bad content-length: {length!r}")
         if size > self.max_body_bytes:
             raise _BadRequest(413, self._too_large())
+        if size and expects:
+            conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         return await conn.read_exact(size)
 
     @staticmethod

@@ -1,0 +1,55 @@
+"""``loopbreak proxy``: serve the guard in front of a model endpoint.
+
+``loopbreak proxy --upstream https://api.deepseek.com`` listens on
+``127.0.0.1:8787``; point a client's base URL at it (``DEEPSEEK_BASE_URL=
+http://127.0.0.1:8787``, ``openai.OpenAI(base_url="http://127.0.0.1:8787/v1")``).
+It binds 127.0.0.1 unless told otherwise, logs one JSON line per trip (no keys,
+no prompts), and re-reads ``--config`` when the file changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from loopbreak._errors import InputError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--upstream", metavar="URL",
+                        help="the model endpoint's base URL, e.g. https://api.deepseek.com or "
+                             "http://localhost:8000/v1 (default: $LOOPBREAK_UPSTREAM)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port to listen on (default {DEFAULT_PORT}; 0 = any free port)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML configuration, re-read when it changes")
+    parser.add_argument("--log-level", default="warning",
+                        choices=["debug", "info", "warning", "error"],
+                        help="trips are logged at warning (default)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from loopbreak.proxy.app import ProxyApp, default_upstream
+
+    upstream = args.upstream or default_upstream()
+    if not upstream:
+        raise InputError("--upstream URL is required (or set LOOPBREAK_UPSTREAM)")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port must be in 0..65535, not {args.port}")
+    try:
+        import uvicorn
+    except ImportError:
+        raise InputError("the proxy needs its extra: pip install 'loopbreak[proxy]'") from None
+    app = ProxyApp(upstream, config_path=args.config)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(message)s")
+    print(f"loopbreak proxy: http://{args.host}:{args.port} -> {app.upstream}", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                access_log=False, timeout_graceful_shutdown=5)
+    return 0

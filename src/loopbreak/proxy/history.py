@@ -1,0 +1,309 @@
+"""What the conversation a client sends says, and the request the proxy forwards instead.
+
+The proxy keeps no session state: every judgement that spans requests comes
+from the history in the request itself. Replaying it through a session guard
+gives the stall verdict of the last call, the tool-failure breaker's guidance
+for this turn's results and its denials, and how many cuts this turn already
+had (their notices are in the assistant messages the client stored). The same
+history always gives the same answer, so any replica can serve any request.
+
+Replaying must stay cheap when a session grows long: the stall rule needs the
+4-grams of the last few judged calls only (restatement compares neighbours),
+so older calls are judged by their shape (reasoning-only or not) alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import CallSummary
+from loopbreak._engine.grams import GramSet
+from loopbreak._engine.notices import TEXTS
+from loopbreak._engine.session_guard import SessionGuard
+from loopbreak._engine.stall import Reaction
+from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
+from loopbreak._engine.trip import Trip
+
+Kind = Literal["openai", "anthropic"]
+
+# The start of every cut notice, in every language: how the proxy recognises its own
+# notices in the history a client sends back.
+CUT_MARKERS = tuple(TEXTS[lang][name].split("{", 1)[0].strip()
+                    for lang in TEXTS for name in ("cut.reasoning", "cut.text"))
+_NOTICE_TAG = "[loopbreak]"
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content
+                       if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+@dataclass
+class _Message:
+    """One history message in a dialect-free shape."""
+
+    role: Literal["user", "assistant", "tool"]
+    reasoning: str = ""
+    text: str = ""
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)  # id, name, args
+    tool_result: tuple[str, str, bool] | None = None  # call id, text, failed
+    index: int = 0  # position in the request's messages
+    block: int | None = None  # position inside the message (Anthropic tool_result blocks)
+
+
+def _messages(body: dict[str, Any], kind: Kind) -> list[_Message]:
+    out: list[_Message] = []
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        return out
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            continue
+        role, content = m.get("role"), m.get("content")
+        if role == "assistant":
+            msg = _Message("assistant", index=i)
+            if kind == "openai":
+                for name in ("reasoning_content", "reasoning"):
+                    if isinstance(m.get(name), str):
+                        msg.reasoning += m[name]
+                msg.text = _text_of(content)
+                for call in m.get("tool_calls") or []:
+                    if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                        fn = call["function"]
+                        msg.tool_calls.append((str(call.get("id")), str(fn.get("name") or ""),
+                                               str(fn.get("arguments") or "")))
+            else:
+                for block in content if isinstance(content, list) else []:
+                    if not isinstance(block, dict):
+                        continue
+                    if block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+                        msg.reasoning += block["thinking"]
+                    elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                        msg.text += block["text"]
+                    elif block.get("type") == "tool_use":
+                        msg.tool_calls.append((str(block.get("id")), str(block.get("name") or ""),
+                                               json.dumps(block.get("input", {}),
+                                                          ensure_ascii=False, sort_keys=True)))
+                if isinstance(content, str):
+                    msg.text = content
+            out.append(msg)
+        elif role == "tool":
+            text = _text_of(content)
+            out.append(_Message("tool", tool_result=(str(m.get("tool_call_id")), text,
+                                                     looks_like_failure(text)), index=i))
+        elif role == "user":
+            blocks = content if isinstance(content, list) else []
+            results = [(j, b) for j, b in enumerate(blocks)
+                       if isinstance(b, dict) and b.get("type") == "tool_result"]
+            for j, block in results:
+                text = _text_of(block.get("content"))
+                failed = bool(block.get("is_error")) or looks_like_failure(text)
+                out.append(_Message("tool", tool_result=(str(block.get("tool_use_id")), text,
+                                                         failed), index=i, block=j))
+            if not results:
+                out.append(_Message("user", text=_text_of(content), index=i))
+    return out
+
+
+@dataclass
+class HistoryView:
+    """What the history says the proxy should do with this request."""
+
+    kind: Kind
+    session: SessionGuard
+    reaction: Reaction | None = None
+    cuts_this_turn: int = 0
+    guidance: dict[tuple[int, int | None], ToolGuidance] = field(default_factory=dict)
+    language_sample: str = ""
+
+    def may_deny(self, name: str) -> bool:
+        """Whether some call of tool ``name`` failed often enough in this turn to be denied:
+        only then does the proxy hold that tool's calls back until they are complete."""
+        return self.session.may_deny(name)
+
+    def denied(self, name: str, arguments: str) -> str | None:
+        """The reason a tool call must not be dispatched, or ``None`` to let it through."""
+        decision = self.session.before_tool(name, arguments)
+        return None if decision.allowed else decision.reason
+
+
+def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
+    """Replay the request's history through a fresh session guard."""
+    messages = _messages(body, kind)
+    session = SessionGuard(config)
+    view = HistoryView(kind, session)
+    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    # Only the last few judged calls need their 4-grams: restatement compares neighbours.
+    keep = set(assistants[-(config.stall.max_stalled_calls + 1):])
+    calls_by_id: dict[str, tuple[str, str]] = {}
+    for i, m in enumerate(messages):
+        if m.role == "user":
+            session.start_turn()
+            view.cuts_this_turn = 0
+            view.guidance.clear()
+            session.observe(m.text[-2000:])
+        elif m.role == "assistant":
+            session.start_call()
+            grams = None
+            if i in keep:
+                grams = GramSet()
+                grams.feed(m.reasoning)
+            cut = any(marker in m.text for marker in CUT_MARKERS)
+            if cut:
+                view.cuts_this_turn += 1
+            trip = Trip("notice", "reasoning", 0, 0) if cut else None
+            tool_names = tuple(name for _, name, _ in m.tool_calls)
+            summary = CallSummary(len(m.reasoning), 0 if cut else len(m.text.strip()),
+                                  tool_names, trip, grams)
+            verdict = session.finish_call(summary).stall
+            view.reaction = verdict.reaction
+            for call_id, name, args in m.tool_calls:
+                calls_by_id[call_id] = (name, args)
+            session.observe((m.text or m.reasoning)[-2000:])
+        elif m.tool_result is not None:
+            call_id, text, failed = m.tool_result
+            name, args = calls_by_id.get(call_id, ("", ""))
+            guidance = session.after_tool(name, args, text, failed=failed) if name else None
+            if guidance is not None:
+                view.guidance[(m.index, m.block)] = guidance
+    view.language_sample = session.language
+    return view
+
+
+def with_guidance(body: dict[str, Any], view: HistoryView) -> dict[str, Any]:
+    """The request with this turn's tool-failure guidance put into the results it concerns."""
+    if not view.guidance:
+        return body
+    body = copy.deepcopy(body)
+    messages = body["messages"]
+    for (index, block), guidance in view.guidance.items():
+        message = messages[index]
+        if block is None:
+            message["content"] = guidance.apply(_text_of(message.get("content")))
+        else:
+            result = message["content"][block]
+            result["content"] = guidance.apply(_text_of(result.get("content")))
+    return body
+
+
+def with_note(body: dict[str, Any], kind: Kind, note: str) -> dict[str, Any]:
+    """The request with ``note`` added as the newest user-side text the model reads."""
+    body = copy.deepcopy(body)
+    messages = body.setdefault("messages", [])
+    last = messages[-1] if messages else None
+    if kind == "anthropic" and isinstance(last, dict) and last.get("role") == "user":
+        content = last.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        last["content"] = [*blocks, {"type": "text", "text": note}]
+    else:
+        messages.append({"role": "user", "content": note})
+    return body
+
+
+def with_denial(body: dict[str, Any], kind: Kind, calls: list[tuple[str, str, str]],
+                reasons: dict[str, str]) -> dict[str, Any]:
+    """The request extended with the model's denied tool calls and the denial each got, so
+    the model re-plans knowing why."""
+    body = copy.deepcopy(body)
+    messages = body.setdefault("messages", [])
+    if kind == "openai":
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in calls]})
+        for cid, _, _ in calls:
+            messages.append({"role": "tool", "tool_call_id": cid, "content": reasons[cid]})
+    else:
+        blocks = []
+        for cid, name, args in calls:
+            try:
+                value = json.loads(args) if args.strip() else {}
+            except ValueError:
+                value = {"arguments": args}
+            blocks.append({"type": "tool_use", "id": cid, "name": name, "input": value})
+        messages.append({"role": "assistant", "content": blocks})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": cid, "content": reasons[cid], "is_error": True}
+            for cid, _, _ in calls]})
+    return body
+
+
+def without_unsigned_thinking(body: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic request without the thinking blocks the proxy cut: a cut block never got
+    its signature, and the upstream would reject it coming back."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not any(
+            isinstance(m, dict) and isinstance(m.get("content"), list)
+            and any(isinstance(b, dict) and b.get("type") == "thinking" and not b.get("signature")
+                    for b in m["content"]) for m in messages):
+        return body
+    body = copy.deepcopy(body)
+    for m in body["messages"]:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            m["content"] = [b for b in m["content"] if not (
+                isinstance(b, dict) and b.get("type") == "thinking" and not b.get("signature"))]
+    return body
+
+
+def thinking_off(body: dict[str, Any], kind: Kind, dialect: str, effort: str) -> dict[str, Any]:
+    """The request with thinking disabled in the upstream's dialect.
+
+    ``dialect`` ``auto`` reads it from the request: ``thinking`` (DeepSeek, Anthropic),
+    ``chat_template_kwargs`` (vLLM, SGLang), ``think`` (Ollama), ``reasoning_effort``
+    (OpenAI); a request that names none is left to the model's default.
+    """
+    body = copy.deepcopy(body)
+    chosen = dialect
+    if dialect == "auto":
+        if kind == "anthropic":
+            chosen = "anthropic"
+        elif "thinking" in body:
+            chosen = "deepseek"
+        elif "chat_template_kwargs" in body:
+            chosen = "vllm"
+        elif "think" in body:
+            chosen = "ollama"
+        elif "reasoning_effort" in body or "reasoning" in body:
+            chosen = "openai"
+        else:
+            chosen = "none"
+    if chosen in ("deepseek", "anthropic"):
+        body["thinking"] = {"type": "disabled"}
+        body.pop("reasoning_effort", None)
+    elif chosen == "vllm":
+        kwargs = body.get("chat_template_kwargs")
+        kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+        kwargs.update({"enable_thinking": False, "thinking": False})
+        body["chat_template_kwargs"] = kwargs
+    elif chosen == "ollama":
+        body["think"] = False
+    elif chosen == "openai":
+        if "reasoning" in body and isinstance(body["reasoning"], dict):
+            body["reasoning"] = {**body["reasoning"], "effort": effort}
+        else:
+            body["reasoning_effort"] = effort
+    return body
+
+
+def session_key(headers: dict[str, str], body: dict[str, Any]) -> str:
+    """What identifies a session for logs (hashed before it is logged): the client's session
+    header when it sends one, else the first user message."""
+    for name in ("x-deepseek-harness-session-id", "x-session-id", "session-id"):
+        if headers.get(name):
+            return headers[name]
+    for m in body.get("messages") or []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            return _text_of(m.get("content"))[:2000]
+    return ""
+
+
+def is_notice(text: str) -> bool:
+    """Whether a text is one of the proxy's own notices."""
+    return text.lstrip().startswith(_NOTICE_TAG)

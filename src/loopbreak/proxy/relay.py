@@ -1,0 +1,357 @@
+"""Relaying one guarded model call: judge every event, cut lawfully, recover.
+
+The relay reads the upstream's event stream, feeds each event's reasoning, text
+and tool-call pieces to a per-call guard, and passes the event on to the client
+as soon as it is judged, byte for byte. On a trip it closes the upstream
+connection (which stops generation and billing there) and recovers as
+configured: re-ask once per turn with thinking off and continue the same client
+response with the new answer, or finish lawfully with a notice, or end with an
+error. A cut never lands inside an open tool call. A tool call the history says
+must be denied is held back and never reaches the client: the model is asked
+once more, told why; if it insists, the call ends lawfully with that reason.
+A response that never arrived intact is re-sent while nothing has reached the
+client, at most ``recovery.max_request_retries`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import CallGuard
+from loopbreak._engine.notices import render
+from loopbreak._engine.trip import Trip
+from loopbreak.proxy.dialect import (
+    AnthropicStream,
+    BrokenStream,
+    OpenAIStream,
+    Piece,
+    Stream,
+    error_body,
+    sse_data,
+)
+from loopbreak.proxy.history import (
+    HistoryView,
+    Kind,
+    thinking_off,
+    with_denial,
+    with_note,
+)
+from loopbreak.proxy.sse import SSEError, SSEParser
+
+Headers = list[tuple[str, str]]
+
+
+class UpstreamResponse(Protocol):
+    """A response from the model server, read as it arrives."""
+
+    status: int
+    headers: Headers
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+    async def read(self) -> bytes: ...
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached (``status`` 502) or did not answer in time (504)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+Opener = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
+
+
+class ClientSink(Protocol):
+    """Where the client's response goes."""
+
+    started: bool
+
+    async def start(self, status: int, headers: Headers) -> None: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+
+@dataclass
+class Outcome:
+    """What happened to one guarded call, for logs and metrics."""
+
+    trips: list[Trip] = field(default_factory=list)
+    recoveries: list[str] = field(default_factory=list)
+    broken_retries: int = 0
+    denials: int = 0
+    cut_chars: int = 0
+    upstream_error: str | None = None
+
+
+class _Broken(Exception):
+    """The upstream response did not arrive intact."""
+
+
+_SSE_HEADERS: Headers = [("content-type", "text/event-stream; charset=utf-8"),
+                         ("cache-control", "no-cache")]
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
+               "content-encoding", "proxy-connection", "te", "trailer", "upgrade"}
+
+
+def response_headers(headers: Headers) -> Headers:
+    """Upstream headers fit to pass on (hop-by-hop ones dropped: the server sets its own)."""
+    return [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
+
+
+class GuardedCall:
+    """One streaming request through the guard."""
+
+    def __init__(self, kind: Kind, body: dict[str, Any], view: HistoryView, config: Config,
+                 opener: Opener, client: ClientSink, *, dialect: str = "auto",
+                 effort: str = "low", on_trip: Callable[[Trip, str], None] | None = None) -> None:
+        self.kind = kind
+        self.body = body
+        self.view = view
+        self.config = config
+        self.opener = opener
+        self.client = client
+        self.dialect = dialect
+        self.effort = effort
+        self.on_trip = on_trip
+        self.stream: Stream = OpenAIStream() if kind == "openai" else AnthropicStream()
+        self.outcome = Outcome()
+        self._content_sent = False
+        self._cuts = view.cuts_this_turn
+        self._language = view.session.language
+        self._reask_request: dict[str, Any] = body
+
+    # --- the whole exchange ---------------------------------------------------------
+
+    async def run(self) -> Outcome:
+        """Relay the call to its lawful end, whatever the upstream does."""
+        request = self.body
+        continuing = False  # relaying a second answer into the stream already open
+        reasked = False
+        broken_left = self.config.recovery.max_request_retries
+        while True:
+            try:
+                response = await self.opener(request)
+            except UpstreamError as exc:
+                await self._fail(exc.status, str(exc))
+                return self.outcome
+            if response.status != 200:
+                await self._pass_error(response)
+                return self.outcome
+            if not self.client.started:
+                await self.client.start(200, _SSE_HEADERS)
+            try:
+                action = await self._relay(response, continuing)
+            except _Broken as exc:
+                response.close()
+                if not self._content_sent and broken_left > 0:
+                    broken_left -= 1
+                    self.outcome.broken_retries += 1
+                    continue
+                self.outcome.upstream_error = str(exc)
+                await self.client.write(self.stream.error(
+                    f"the upstream response broke off: {exc}"))
+                return self.outcome
+            finally:
+                response.close()
+            if action is None:
+                return self.outcome
+            kind, payload = action
+            if kind == "retry":
+                request = with_note(thinking_off(self.body, self.kind, self.dialect, self.effort),
+                                    self.kind, payload)
+            else:  # "reask": the model's tool call was denied
+                if reasked:
+                    await self.client.write(self.stream.text(payload) + self.stream.finish(
+                        "stop" if self.kind == "openai" else "end_turn"))
+                    return self.outcome
+                reasked = True
+                request = self._reask_request
+            if isinstance(self.stream, AnthropicStream):
+                self.stream.index_offset = self.stream.next_index
+            continuing = True
+
+    # --- one upstream response -----------------------------------------------------
+
+    async def _relay(self, response: UpstreamResponse, continuing: bool
+                     ) -> tuple[str, str] | None:
+        """Relay one upstream response; return what to do next (``None``: done)."""
+        guard = CallGuard(self.config)
+        parser = SSEParser()
+        stream = self.stream
+        held: list[bytes] | None = None  # tool-call events held back for a denial check
+        held_state: tuple[int, dict[int, str]] | None = None
+        tools: dict[int | str, list[str]] = {}  # key -> [id, name, arguments]
+        tool_ids: dict[int | str, str] = {}
+        finished = False
+        try:
+            async for chunk in response.chunks():
+                for event in parser.feed(chunk):
+                    if not event.has_data:
+                        # Keep-alives and comments pass as they came.
+                        if held is None:
+                            await self.client.write(event.raw)
+                        continue
+                    # What the client has seen before this event, in case it is held back.
+                    before = (stream.next_index, dict(stream.open_blocks)) \
+                        if held is None and isinstance(stream, AnthropicStream) else None
+                    pieces = stream.parse(event)
+                    trip: Trip | None = None
+                    for piece in pieces:
+                        trip = self._judge(guard, piece, tools, tool_ids) or trip
+                        if piece.kind in ("finish", "done"):
+                            finished = True
+                    if held is None and self._holds(pieces):
+                        held = []
+                        held_state = before
+                    if trip is not None:
+                        return await self._cut(trip, guard)
+                    if any(p.kind == "error" for p in pieces):
+                        await self.client.write(self._out(event, pieces, continuing))
+                        return None
+                    if held is not None:
+                        out = self._out(event, pieces, continuing)
+                        if out:
+                            held.append(out)
+                        if not finished:
+                            continue
+                        denied = self._denied(tools)
+                        if denied:
+                            self.outcome.denials += len(denied)
+                            if held_state is not None and isinstance(stream, AnthropicStream):
+                                stream.next_index, stream.open_blocks = held_state
+                            return await self._deny(denied, tools)
+                        for data in held:
+                            await self.client.write(data)
+                        self._content_sent = True
+                        held = None
+                        continue
+                    out = self._out(event, pieces, continuing)
+                    if out:
+                        await self.client.write(out)
+                        self._content_sent = True
+                    if any(p.kind == "done" for p in pieces):
+                        return None
+        except (BrokenStream, SSEError) as exc:
+            raise _Broken(str(exc)) from None
+        except (ConnectionError, asyncio.TimeoutError, OSError) as exc:
+            raise _Broken(type(exc).__name__) from None
+        if held is not None and finished:
+            denied = self._denied(tools)
+            if denied:
+                self.outcome.denials += len(denied)
+                return await self._deny(denied, tools)
+            for data in held:
+                await self.client.write(data)
+            self._content_sent = True
+        if not finished:
+            raise _Broken("the stream ended before a finish")
+        # A finish arrived but not the stream's last event: end it the way clients expect.
+        await self.client.write(b"data: [DONE]\n\n" if isinstance(stream, OpenAIStream)
+                                else sse_data({"type": "message_stop"}, "message_stop"))
+        return None
+
+    def _out(self, event: Any, pieces: list[Piece], continuing: bool) -> bytes:
+        if not continuing:
+            return bytes(event.raw)
+        return self.stream.continuation(event, pieces) or b""
+
+    def _judge(self, guard: CallGuard, piece: Piece, tools: dict[int | str, list[str]],
+               tool_ids: dict[int | str, str]) -> Trip | None:
+        if piece.kind in ("reasoning", "text"):
+            return guard.feed(piece.kind, piece.text)
+        if piece.kind == "tool" and piece.key is not None:
+            guard.tool_call_delta(piece.key, piece.name, piece.text)
+            entry = tools.setdefault(piece.key, [str(piece.key), "", ""])
+            entry[1] += piece.name
+            entry[2] += piece.text
+            return None
+        if piece.kind == "block_stop" and piece.key is not None and piece.key in tools:
+            return guard.close_tool_call(piece.key)
+        if piece.kind == "finish":
+            return guard.close_tool_call()
+        return None
+
+    def _holds(self, pieces: list[Piece]) -> bool:
+        return any(p.kind == "tool" and p.name and self.view.may_deny(p.name) for p in pieces)
+
+    def _denied(self, tools: dict[int | str, list[str]]) -> dict[str, str]:
+        out = {}
+        for key, (_, name, args) in tools.items():
+            reason = self.view.denied(name, args)
+            if reason is not None:
+                out[str(key)] = reason
+        return out
+
+    # --- recovery ------------------------------------------------------------------
+
+    async def _cut(self, trip: Trip, guard: CallGuard) -> tuple[str, str] | None:
+        """A rule tripped: the upstream is closed by the caller; end or continue lawfully."""
+        self.outcome.trips.append(trip)
+        self.outcome.cut_chars += trip.offset
+        notice = render("cut.reasoning" if trip.channel == "reasoning" else "cut.text",
+                        self._language, chars=f"{trip.offset:,}", rule=trip.rule)
+        recovery = self.config.recovery
+        can_retry = (recovery.on_trip == "retry" and trip.channel == "reasoning"
+                     and self._cuts < recovery.retries_per_turn)
+        self._cuts += 1
+        mode = "retry" if can_retry else ("error" if recovery.on_trip == "error" else "stop")
+        self.outcome.recoveries.append(mode)
+        if self.on_trip is not None:
+            self.on_trip(trip, mode)
+        stream = self.stream
+        if mode == "error":
+            await self.client.write(stream.error(
+                f"loopbreak cut a looping {trip.channel} stream ({trip.rule}) after "
+                f"{trip.offset:,} characters", "loop_detected"))
+            return None
+        shown = notice + "\n\n" if recovery.notice else ""
+        if mode == "stop":
+            end = "stop" if self.kind == "openai" else "end_turn"
+            await self.client.write((stream.text(shown) if shown else b"") + stream.finish(end))
+            return None
+        # retry: close what the client has open, leave the notice in its history, re-ask.
+        prefix = stream.close_blocks() if isinstance(stream, AnthropicStream) else b""
+        await self.client.write(prefix + (stream.text(shown) if shown else b""))
+        self._content_sent = True
+        return "retry", notice
+
+    async def _deny(self, denied: dict[str, str], tools: dict[int | str, list[str]]
+                    ) -> tuple[str, str]:
+        calls = [(self._call_id(k, v[0]), v[1], v[2]) for k, v in tools.items()]
+        reasons = {self._call_id(k, v[0]): denied.get(str(k), "[loopbreak] not run: another "
+                   "call in the same response was denied") for k, v in tools.items()}
+        self._reask_request = with_denial(self.body, self.kind, calls, reasons)
+        return "reask", next(iter(denied.values()))
+
+    @staticmethod
+    def _call_id(key: int | str, fallback: str) -> str:
+        return f"call_loopbreak_{key}" if isinstance(key, int) else str(key or fallback)
+
+    # --- errors ----------------------------------------------------------------------
+
+    async def _pass_error(self, response: UpstreamResponse) -> None:
+        """An upstream 4xx/5xx goes to the client unchanged (status, headers, body)."""
+        body = await response.read()
+        if not self.client.started:
+            await self.client.start(response.status, response_headers(response.headers))
+            await self.client.write(body)
+        else:
+            self.outcome.upstream_error = f"HTTP {response.status}"
+            await self.client.write(self.stream.error(
+                f"the upstream answered HTTP {response.status} to the retried request"))
+
+    async def _fail(self, status: int, message: str) -> None:
+        self.outcome.upstream_error = message
+        if not self.client.started:
+            await self.client.start(status, [("content-type", "application/json")])
+            await self.client.write(error_body(self.kind, status, message))
+        else:
+            await self.client.write(self.stream.error(message))

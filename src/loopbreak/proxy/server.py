@@ -1,0 +1,80 @@
+"""Running the proxy in a background thread: for tests, demos and benchmarks.
+
+A real uvicorn server on 127.0.0.1 and an ephemeral port, started and stopped
+from synchronous code; ``url`` is what a client uses as its base URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import TracebackType
+from typing import Any
+
+from loopbreak._config import Config
+from loopbreak.proxy.app import ProxyApp
+
+
+class ProxyServer:
+    """``with ProxyServer(upstream_url) as proxy: openai.OpenAI(base_url=proxy.url + "/v1")``"""
+
+    def __init__(self, upstream: str, *, config: Config | None = None,
+                 config_path: str | None = None, host: str = "127.0.0.1", port: int = 0,
+                 loop: str = "auto") -> None:
+        self.app = ProxyApp(upstream, config=config, config_path=config_path)
+        self.host = host
+        self._port = port
+        self._loop_kind = loop
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        sockets = self._server.servers[0].sockets if self._server and self._server.servers else []
+        return int(sockets[0].getsockname()[1]) if sockets else self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ProxyServer:
+        import uvicorn
+
+        config = uvicorn.Config(self.app, host=self.host, port=self._port, log_level="warning",
+                                access_log=False, loop=self._loop_kind, lifespan="on",
+                                timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = lambda: None
+
+        def serve() -> None:
+            try:
+                asyncio.run(self._server.serve())
+            except BaseException as exc:  # reported to the starting thread
+                self._error = exc
+            finally:
+                self._ready.set()
+
+        self._thread = threading.Thread(target=serve, name="loopbreak-proxy", daemon=True)
+        self._thread.start()
+        while not self._ready.is_set():
+            if self._server.started:
+                break
+            self._ready.wait(0.01)
+        if self._error is not None:
+            raise RuntimeError(f"the proxy did not start: {self._error}") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

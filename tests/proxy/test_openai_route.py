@@ -1,0 +1,267 @@
+"""The OpenAI route through a real proxy, real upstream and the real ``openai`` SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+
+import httpx
+import openai
+import pytest
+
+from loopbreak import Config
+from loopbreak._samples import clean_reasoning, verbatim_loop
+from loopbreak.proxy.server import ProxyServer
+from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+from support import ProxyFactory
+
+LOOP = verbatim_loop().text
+ANSWER = "Here is the answer without thinking."
+
+
+def _collect(stream: openai.Stream) -> dict:  # type: ignore[type-arg]
+    out = {"reasoning": "", "text": "", "finish": None, "tools": {}}
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        out["reasoning"] += getattr(delta, "reasoning_content", None) or ""
+        out["text"] += delta.content or ""
+        for call in delta.tool_calls or []:
+            entry = out["tools"].setdefault(call.index, {"name": "", "arguments": ""})
+            if call.function and call.function.name:
+                entry["name"] += call.function.name
+            if call.function and call.function.arguments:
+                entry["arguments"] += call.function.arguments
+        out["finish"] = choice.finish_reason or out["finish"]
+    return out
+
+
+def _client(proxy: ProxyServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-secret", max_retries=0)
+
+
+def _ask(proxy: ProxyServer, messages: list[dict] | None = None, **extra: object) -> dict:  # type: ignore[type-arg]
+    stream = _client(proxy).chat.completions.create(
+        model="deepseek-v4-flash", stream=True,
+        messages=messages or [{"role": "user", "content": "Fix the upload retry."}],
+        extra_body={"thinking": {"type": "enabled"}, **extra})
+    return _collect(stream)
+
+
+def test_clean_stream_passes_byte_for_byte(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    script = Script.openai(reasoning=clean_reasoning().text, text="Done: 你好 😀", piece_chars=5,
+                           flavour="deepseek").delivered(write_bytes=3, keepalive_every=4)
+    body = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "hi"}]}
+    upstream.enqueue(script, script)
+    with httpx.Client(timeout=10) as client:
+        direct = client.post(upstream.base_url + "/chat/completions", json=body).content
+        through = client.post(proxy.url + "/v1/chat/completions", json=body,
+                              headers={"authorization": "Bearer sk-secret"}).content
+    # Each response gets its own id and timestamp; everything else is the same bytes.
+    same = re.compile(rb'"(id|created)":("[^"]*"|\d+)')
+    assert same.sub(b"", through) == same.sub(b"", direct)
+    assert b": keep-alive" in through and b'"usage"' in through and len(through) == len(direct)
+    assert upstream.requests[1].header("authorization") == "Bearer sk-secret"
+
+
+def test_reasoning_loop_is_cut_and_retried_without_thinking(
+        upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                                   flavour="deepseek").delivered(delay=0.0005),
+                     Script.openai(text=ANSWER, flavour="deepseek"))
+    result = _ask(proxy)
+    first, retry = upstream.wait_for_requests(2)
+    assert first.wait(2) and first.outcome == "client-disconnected"
+    assert len(result["reasoning"]) < 1500 < len(LOOP)
+    assert result["text"].startswith("[loopbreak] Your reasoning was cut after ")
+    assert result["text"].endswith(ANSWER) and result["finish"] == "stop"
+    assert retry.body["thinking"] == {"type": "disabled"}
+    assert retry.body["messages"][-1]["content"].startswith("[loopbreak]")
+    assert "reasoning_effort" not in retry.body
+
+
+def test_async_client_sees_the_same(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
+                     Script.openai(text=ANSWER))
+
+    async def main() -> str:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="m", stream=True, messages=[{"role": "user", "content": "hi"}],
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+        text = ""
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+        await client.close()
+        return text
+
+    assert asyncio.run(main()).endswith(ANSWER)
+    retry = upstream.wait_for_requests(2)[1]
+    assert retry.body["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
+
+
+def test_stop_mode_ends_lawfully_with_the_notice(upstream: ScriptedUpstream,
+                                                 proxy_for: ProxyFactory) -> None:
+    proxy = proxy_for(Config().replace(**{"recovery.on_trip": "stop"}))
+    upstream.enqueue(Script.openai(reasoning=LOOP, text="never", piece_chars=16))
+    result = _ask(proxy)
+    assert result["finish"] == "stop" and result["text"].startswith("[loopbreak]")
+    assert "never" not in result["text"] and len(upstream.requests) == 1
+
+
+def test_error_mode_raises_in_the_sdk(upstream: ScriptedUpstream,
+                                      proxy_for: ProxyFactory) -> None:
+    proxy = proxy_for(Config().replace(**{"recovery.on_trip": "error"}))
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16))
+    with pytest.raises(openai.APIError, match="loopbreak cut a looping reasoning stream"):
+        _ask(proxy)
+
+
+def test_one_retry_per_turn_then_stop(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    notice = ("[loopbreak] Your reasoning was cut after 960 characters because it kept "
+              "repeating (cycle). Do not repeat that reasoning.")
+    history = [{"role": "user", "content": "Fix the upload retry."},
+               {"role": "assistant", "content": notice + "\n\nLet me look.",
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "read", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "file contents"}]
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16))
+    result = _ask(proxy, history)
+    assert len(upstream.requests) == 1 and result["finish"] == "stop"
+    assert result["text"].startswith("[loopbreak]")
+    # A new user message starts a new turn: the budget is back.
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16), Script.openai(text=ANSWER))
+    result = _ask(proxy, history + [{"role": "assistant", "content": "ok"},
+                                    {"role": "user", "content": "again"}])
+    assert result["text"].endswith(ANSWER) and len(upstream.requests) == 3
+
+
+def test_a_looping_answer_is_stopped_not_retried(upstream: ScriptedUpstream,
+                                                 proxy: ProxyServer) -> None:
+    unit = "The fix above handles the 429 case by waiting before the next attempt.\n"
+    upstream.enqueue(Script.openai(text=unit * 50, piece_chars=12))
+    result = _ask(proxy)
+    assert result["finish"] == "stop" and len(upstream.requests) == 1
+    assert "Your output was cut" in result["text"] and len(result["text"]) < 1200
+
+
+def test_reasoning_field_of_vllm_and_openrouter(upstream: ScriptedUpstream,
+                                                proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16, reasoning_field="reasoning"),
+                     Script.openai(text=ANSWER))
+    stream = _client(proxy).chat.completions.create(
+        model="m", stream=True, messages=[{"role": "user", "content": "hi"}])
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.endswith(ANSWER) and len(upstream.requests) == 2
+
+
+def test_a_cut_never_lands_inside_an_open_tool_call(upstream: ScriptedUpstream,
+                                                    proxy: ProxyServer) -> None:
+    unit = "Checking the arguments once more before I send them. OK.\n"
+    pieces: list[object] = [ToolCall.of("write", {"path": "a.txt", "content": "x" * 200},
+                                        piece_chars=4)]
+    pieces += [("text", unit[i : i + 9]) for i in range(0, len(unit), 9)] * 30
+    upstream.enqueue(Script.from_pieces(pieces, finish_reason="tool_calls",  # type: ignore[arg-type]
+                                        dialect="openai"))
+    result = _ask(proxy)
+    (call,) = result["tools"].values()
+    assert json.loads(call["arguments"]) == {"path": "a.txt", "content": "x" * 200}
+    assert result["finish"] == "stop" and "Your output was cut" in result["text"]
+
+
+def _failing_history(times: int) -> list[dict]:  # type: ignore[type-arg]
+    messages: list[dict] = [{"role": "user", "content": "Read the config."}]  # type: ignore[type-arg]
+    for i in range(times):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "read", "arguments": '{"path": "conf.toml"}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": "Error: ENOENT: no such file: conf.toml"})
+    return messages
+
+
+def test_failing_tool_results_carry_guidance_upstream(upstream: ScriptedUpstream,
+                                                      proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(text="Let me try another path."))
+    _ask(proxy, _failing_history(2))
+    sent = upstream.wait_for_requests(1)[0].body["messages"]
+    assert sent[2]["content"] == "Error: ENOENT: no such file: conf.toml"
+    assert sent[4]["content"].startswith("[loopbreak] This exact call to `read` has now failed 2")
+    assert sent[4]["content"].endswith("Error: ENOENT: no such file: conf.toml")
+
+
+def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again(
+        upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    denied = ToolCall.of("read", '{"path": "conf.toml"}')
+    upstream.enqueue(Script.openai(reasoning="Read it again.", tool_calls=[denied]),
+                     Script.openai(tool_calls=[ToolCall.of("glob", '{"pattern": "*.toml"}')]))
+    result = _ask(proxy, _failing_history(3))
+    assert [c["name"] for c in result["tools"].values()] == ["glob"]
+    assert result["finish"] == "tool_calls"
+    reask = upstream.wait_for_requests(2)[1].body["messages"]
+    assert reask[-2]["tool_calls"][0]["function"]["arguments"] == '{"path": "conf.toml"}'
+    assert reask[-1]["content"].startswith("[loopbreak] This call to `read` was not run")
+
+
+def test_a_model_that_insists_gets_a_lawful_end(upstream: ScriptedUpstream,
+                                                proxy: ProxyServer) -> None:
+    denied = ToolCall.of("read", '{"path": "conf.toml"}')
+    upstream.enqueue(Script.openai(tool_calls=[denied]), Script.openai(tool_calls=[denied]))
+    result = _ask(proxy, _failing_history(3))
+    assert result["tools"] == {} and result["finish"] == "stop"
+    assert result["text"].startswith("[loopbreak] This call to `read` was not run")
+    assert len(upstream.requests) == 2
+
+
+def test_three_stalled_calls_steer_the_next_request(upstream: ScriptedUpstream,
+                                                    proxy: ProxyServer) -> None:
+    history: list[dict] = [{"role": "user", "content": "Refactor the parser."}]  # type: ignore[type-arg]
+    for i in range(3):
+        thought = "".join(f"Idea {i}.{j}: maybe split tokenizer stage {i * 7 + j}. "
+                          for j in range(60))
+        history.append({"role": "assistant", "content": "", "reasoning_content": thought})
+    upstream.enqueue(Script.openai(text="Splitting the tokenizer now."))
+    _ask(proxy, history)
+    sent = upstream.wait_for_requests(1)[0].body["messages"]
+    assert sent[-1]["role"] == "user"
+    assert sent[-1]["content"].startswith("[loopbreak] Your last 3 model calls only thought")
+
+
+def test_non_streaming_reasoning_only_loop_is_retried(upstream: ScriptedUpstream,
+                                                      proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP), Script.openai(text=ANSWER))
+    response = _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}],
+        extra_body={"thinking": {"type": "enabled"}})
+    assert response.choices[0].message.content.endswith(ANSWER)
+    assert response.choices[0].message.content.startswith("[loopbreak]")
+    assert upstream.wait_for_requests(2)[1].body["thinking"] == {"type": "disabled"}
+
+
+def test_non_streaming_answer_passes_with_a_trip_header(upstream: ScriptedUpstream,
+                                                        proxy: ProxyServer) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, text="The answer."))
+    with httpx.Client(timeout=10) as client:
+        response = client.post(proxy.url + "/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.headers["x-loopbreak-trip"] == "cycle"
+    assert response.json()["choices"][0]["message"]["content"] == "The answer."
+    assert len(upstream.requests) == 1
+
+
+def test_the_upstream_is_closed_quickly_after_a_cut(upstream: ScriptedUpstream,
+                                                    proxy: ProxyServer) -> None:
+    endless = Script.openai(reasoning="Go. OK. Writing. ", piece_chars=6).repeated(0) \
+        .delivered(delay=0.001)
+    upstream.enqueue(endless, Script.openai(text=ANSWER))
+    started = time.monotonic()
+    assert _ask(proxy)["text"].endswith(ANSWER)
+    first = upstream.requests[0]
+    assert first.wait(2) and first.outcome == "client-disconnected"
+    assert first.ended_at is not None and first.ended_at - started < 5

@@ -1,0 +1,97 @@
+"""The incremental SSE parser: any split of the bytes gives the same events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopbreak.proxy.sse import SSEError, SSEParser
+
+
+def _events(data: bytes, cuts: list[int]) -> list[tuple[bytes, str, str, str | None]]:
+    parser = SSEParser()
+    out = []
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(data))), len(data)]
+    for a, b in itertools.pairwise(bounds):
+        for e in parser.feed(data[a:b]):
+            out.append((e.raw, e.event, e.data, e.comment))
+    return out
+
+
+def test_openai_stream_with_keepalives_and_done() -> None:
+    chunk = {"choices": [{"delta": {"content": "héllo 😀"}}]}
+    data = (b": keep-alive\n\n" + f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+            + b"data: [DONE]\n\n")
+    events = _events(data, [])
+    assert [e[3] for e in events] == ["keep-alive", None, None]
+    assert json.loads(events[1][2]) == chunk and events[2][2] == "[DONE]"
+    assert b"".join(e[0] for e in events) == data
+
+
+def test_anthropic_events_with_crlf_and_multiline_data() -> None:
+    data = (b"event: message_start\r\ndata: {\"type\":\r\ndata: \"message_start\"}\r\n\r\n"
+            b"event: ping\ndata: {\"type\": \"ping\"}\n\n")
+    events = _events(data, [5, 40])
+    assert [e[1] for e in events] == ["message_start", "ping"]
+    assert json.loads(events[0][2].replace("\n", " ")) == {"type": "message_start"}
+
+
+def test_invalid_utf8_is_an_error() -> None:
+    with pytest.raises(SSEError, match="not UTF-8"):
+        SSEParser().feed(b"data: \xff\xfe\n\n")
+
+
+def test_an_endless_event_is_bounded() -> None:
+    parser = SSEParser(max_event_bytes=1024)
+    with pytest.raises(SSEError, match="grew past"):
+        parser.feed(b"data: " + b"x" * 2000)
+
+
+def test_leftover_is_returned_on_close() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: 1\n\ndata: 2") != []
+    assert parser.pending == 7 and parser.close() == b"data: 2" and parser.pending == 0
+
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+               max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "message_start", "content_block_delta"]),
+                          st.lists(text, min_size=0, max_size=3), st.booleans()),
+                max_size=12),
+       st.lists(st.integers(0, 4000), max_size=40), st.sampled_from([b"\n", b"\r\n"]))
+def test_any_split_gives_the_same_events(spec: list[tuple[str, list[str], bool]],
+                                         cuts: list[int], newline: bytes) -> None:
+    blocks = []
+    for name, lines, comment in spec:
+        parts = []
+        if comment:
+            parts.append(b": keep-alive")
+        if name:
+            parts.append(b"event: " + name.encode())
+        parts += [b"data: " + line.encode() for line in lines]
+        if not parts:
+            parts.append(b": empty")
+        blocks.append(newline.join(parts) + newline + newline)
+    data = b"".join(blocks)
+    whole = _events(data, [])
+    assert _events(data, cuts) == whole
+    assert len(whole) == len(blocks) and b"".join(e[0] for e in whole) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000), st.lists(st.integers(0, 2000), max_size=20))
+def test_random_bytes_never_raise_anything_but_sse_error(data: bytes, cuts: list[int]) -> None:
+    parser = SSEParser(max_event_bytes=4096)
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(data))), len(data)]
+    try:
+        for a, b in itertools.pairwise(bounds):
+            parser.feed(data[a:b])
+    except SSEError:
+        pass
