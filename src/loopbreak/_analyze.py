@@ -215,6 +215,8 @@ def analyze_events(events: Iterable[Event], path: str, config: Config | None = N
         if isinstance(event, TurnStart):
             session.start_turn()
         elif isinstance(event, RecordedCall):
+            if event.kind == "attempt" and not event.deltas:
+                continue  # a request that failed before streaming anything is not a model call
             step = event.step
             guard = session.start_call()
             call_report = _call_report(event, guard)

@@ -74,7 +74,7 @@ def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 409
 _FAILURE = re.compile(
     r"^\s*(?:error\b|\w*error:|exception\b|traceback \(most recent call last\)|fatal\b|"
     r"failed\b|failure\b|command failed|permission denied|no such file|E[A-Z]{2,}\b:)"
-    r"|\bexit(?:ed with)? (?:code|status) [1-9]\d*\b|\bcommand not found\b"
+    r"|\bexit(?:ed with)? (?:code|status):? ?[1-9]\d*\b|\bcommand not found\b"
     r"|\bno such file or directory\b",
     re.IGNORECASE,
 )

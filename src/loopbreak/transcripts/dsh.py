@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from loopbreak._engine.tool_failure import looks_like_failure
 from loopbreak._errors import InputError
 from loopbreak.transcripts import _frames
 from loopbreak.transcripts._model import (
@@ -727,8 +728,9 @@ class _Session:
             code = _opt_str(error, "code", "data.error.")
             name = _opt_str(error, "name", "data.error.")
         tool_name, arguments = self.tool_calls.pop(call_id, ("", "")) if call_id else ("", "")
-        return self._now(ToolResult(turn, call_id, tool_name, arguments, text,
-                                    is_error or error is not None, code, name))
+        # dsh flags a tool that raised, not a command that exited non-zero ("[exit code: 2]").
+        failed = is_error or error is not None or looks_like_failure(text)
+        return self._now(ToolResult(turn, call_id, tool_name, arguments, text, failed, code, name))
 
     def _turn_start(self, row: dict[str, Any], kind: str) -> list[Event | str]:
         return self._now(TurnStart(_int(_obj(row, "data"), "turn", "data.")))
