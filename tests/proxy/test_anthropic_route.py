@@ -46,8 +46,9 @@ def test_clean_stream_passes_byte_for_byte(upstream: ScriptedUpstream, proxy: Pr
 
 
 def test_thinking_loop_is_cut_and_retried(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
-    upstream.enqueue(Script.anthropic(reasoning=LOOP, text="never", piece_chars=16),
-                     Script.anthropic(text=ANSWER))
+    # Paced like a model, so the cut reaches the upstream before the whole loop is sent.
+    upstream.enqueue(Script.anthropic(reasoning=LOOP, text="never", piece_chars=16)
+                     .delivered(delay=0.0005), Script.anthropic(text=ANSWER))
     message = _ask(proxy)
     kinds = [block.type for block in message.content]
     assert kinds == ["thinking", "text", "text"]

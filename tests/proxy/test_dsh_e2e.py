@@ -356,6 +356,11 @@ def test_c_a_failing_tool_call_gets_guidance_then_is_denied(
     assert len(requests) == 5, [r.index for r in requests]
     assert all(r.outcome == "completed" for r in requests)
 
+    # dsh's own repeat-tool-reminder adds a user message after the third identical call: a
+    # message in the middle of the turn, which must not reset the turn's failure counts.
+    reminders = [m for m in requests[3].body["messages"][2:]
+                 if m.get("role") == "user" and "same tool call" in str(m.get("content"))]
+    assert len(reminders) == 1
     # The first failure reaches the model as dsh reported it.
     first = _tool_message(requests[1], "call_read_1")
     assert first.startswith("Error: cannot read") and "[loopbreak]" not in first

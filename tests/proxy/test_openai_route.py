@@ -85,6 +85,30 @@ def test_reasoning_loop_is_cut_and_retried_without_thinking(
     assert "reasoning_effort" not in retry.body
 
 
+def test_a_continued_stream_ends_with_done(upstream: ScriptedUpstream,
+                                           proxy: ProxyServer) -> None:
+    """Clients such as DeepSeek Harness fail a stream without ``[DONE]`` (STREAM_CLOSED)."""
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16), Script.openai(text=ANSWER))
+    with httpx.Client(timeout=10) as client:
+        body = client.post(proxy.url + "/v1/chat/completions", json={
+            "model": "m", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "hi"}]}).content
+    assert body.endswith(b"data: [DONE]\n\n") and body.count(b"[DONE]") == 1
+    assert b'"finish_reason":"stop"' in body
+
+
+def test_a_hosts_reminder_does_not_start_a_new_turn(upstream: ScriptedUpstream,
+                                                    proxy: ProxyServer) -> None:
+    """DeepSeek Harness appends a user-role reminder after repeated tool calls; the failures
+    before it still count in the same turn."""
+    history = _failing_history(3)
+    history.insert(-2, {"role": "user", "content": "You are repeating the exact same tool call."})
+    upstream.enqueue(Script.openai(tool_calls=[ToolCall.of("read", '{"path": "conf.toml"}')]),
+                     Script.openai(text="Trying another way."))
+    result = _ask(proxy, history)
+    assert result["tools"] == {} and len(upstream.wait_for_requests(2)) == 2
+
+
 def test_async_client_sees_the_same(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
     upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
                      Script.openai(text=ANSWER))

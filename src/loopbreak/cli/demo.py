@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per stream on stdout, no display")
+    parser.add_argument("--proxy", action="store_true",
+                        help="a live cut end to end: the openai SDK through loopbreak proxy in "
+                             "front of a built-in replay upstream")
     parser.add_argument("--no-live", action="store_true",
                         help="plain output without animation (automatic when stdout "
                              "is not a terminal)")
@@ -304,6 +307,10 @@ def replay_samples(samples: Sequence[Sample], *, console: Console, config: Confi
 def run(args: argparse.Namespace) -> int:
     if not math.isfinite(args.speed) or args.speed < 0:
         raise InputError(f"--speed must be >= 0 characters per second, not {args.speed:g}")
+    if args.proxy:
+        from loopbreak.cli.demo_proxy import run_from_args
+
+        return run_from_args(args, _sleep)
     samples = select_samples(args.only)
     config = load_config(args.config).config
     if args.json:

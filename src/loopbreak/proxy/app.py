@@ -61,7 +61,7 @@ GUARDED: dict[str, Kind] = {
     "/v1/messages": "anthropic",
 }
 _SKIP_REQUEST_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-                         "accept-encoding", "proxy-connection", "te", "upgrade"}
+                         "proxy-connection", "te", "upgrade"}
 
 
 def upstream_url(base: str, path: str, query: str = "") -> str:
@@ -312,8 +312,10 @@ class ProxyApp:
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.proxy.connect_timeout,
                                             sock_read=config.proxy.idle_timeout)
             try:
+                # The guard reads what it relays: ask for it uncompressed.
                 response = await session.post(url, data=data, headers={
-                    **headers, "content-type": "application/json"}, timeout=timeout)
+                    **headers, "content-type": "application/json",
+                    "accept-encoding": "identity"}, timeout=timeout)
             except asyncio.TimeoutError:
                 self.metrics.add("loopbreak_upstream_errors_total", kind="timeout")
                 raise UpstreamError(504, f"the upstream did not answer within "

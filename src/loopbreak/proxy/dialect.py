@@ -141,7 +141,7 @@ class OpenAIStream:
     def continuation(self, event: SSEEvent, pieces: list[Piece]) -> bytes | None:
         """A retried answer's event rewritten to continue this stream (``None``: drop it)."""
         if any(p.kind == "done" for p in pieces):
-            return None
+            return b"data: [DONE]\n\n"
         obj = json.loads(event.data)
         if not isinstance(obj, dict):
             return None

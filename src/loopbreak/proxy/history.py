@@ -144,11 +144,15 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
     # Only the last few judged calls need their 4-grams: restatement compares neighbours.
     keep = set(assistants[-(config.stall.max_stalled_calls + 1):])
     calls_by_id: dict[str, tuple[str, str]] = {}
+    working = False  # the model's last message asked for tools: its turn goes on
     for i, m in enumerate(messages):
         if m.role == "user":
-            session.start_turn()
-            view.cuts_this_turn = 0
-            view.guidance.clear()
+            # A user message while the model is working (a host's reminder, a steer) is part
+            # of the turn; only one after the model answered starts a new turn.
+            if not working:
+                session.start_turn()
+                view.cuts_this_turn = 0
+                view.guidance.clear()
             session.observe(m.text[-2000:])
         elif m.role == "assistant":
             session.start_call()
@@ -167,6 +171,7 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             view.reaction = verdict.reaction
             for call_id, name, args in m.tool_calls:
                 calls_by_id[call_id] = (name, args)
+            working = bool(m.tool_calls)
             session.observe((m.text or m.reasoning)[-2000:])
         elif m.tool_result is not None:
             call_id, text, failed = m.tool_result

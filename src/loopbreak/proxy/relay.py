@@ -146,7 +146,7 @@ class GuardedCall:
                 await self._pass_error(response)
                 return self.outcome
             if not self.client.started:
-                await self.client.start(200, _SSE_HEADERS)
+                await self.client.start(200, response_headers(response.headers) or _SSE_HEADERS)
             try:
                 action = await self._relay(response, continuing)
             except _Broken as exc:
@@ -189,7 +189,6 @@ class GuardedCall:
         held: list[bytes] | None = None  # tool-call events held back for a denial check
         held_state: tuple[int, dict[int, str]] | None = None
         tools: dict[int | str, list[str]] = {}  # key -> [id, name, arguments]
-        tool_ids: dict[int | str, str] = {}
         finished = False
         try:
             async for chunk in response.chunks():
@@ -205,7 +204,7 @@ class GuardedCall:
                     pieces = stream.parse(event)
                     trip: Trip | None = None
                     for piece in pieces:
-                        trip = self._judge(guard, piece, tools, tool_ids) or trip
+                        trip = self._judge(guard, piece, tools) or trip
                         if piece.kind in ("finish", "done"):
                             finished = True
                     if held is None and self._holds(pieces):
@@ -263,8 +262,8 @@ class GuardedCall:
             return bytes(event.raw)
         return self.stream.continuation(event, pieces) or b""
 
-    def _judge(self, guard: CallGuard, piece: Piece, tools: dict[int | str, list[str]],
-               tool_ids: dict[int | str, str]) -> Trip | None:
+    def _judge(self, guard: CallGuard, piece: Piece,
+               tools: dict[int | str, list[str]]) -> Trip | None:
         if piece.kind in ("reasoning", "text"):
             return guard.feed(piece.kind, piece.text)
         if piece.kind == "tool" and piece.key is not None:

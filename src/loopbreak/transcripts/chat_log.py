@@ -172,6 +172,7 @@ class _History:
         self.seen = 0
         self.turn = 0
         self.calls_by_id: dict[str, tuple[str, str]] = {}
+        self.working = False  # the model's last message asked for tools: its turn goes on
 
     def advance(self, request: dict[str, Any]) -> Iterator[Event]:
         messages = request.get("messages")
@@ -185,6 +186,9 @@ class _History:
             role = message.get("role")
             content = message.get("content")
             if role == "assistant":
+                self.working = bool(message.get("tool_calls")) or any(
+                    isinstance(b, dict) and b.get("type") == "tool_use"
+                    for b in (content if isinstance(content, list) else []))
                 for call in message.get("tool_calls") or []:
                     if isinstance(call, dict) and isinstance(call.get("function"), dict):
                         fn = call["function"]
@@ -209,7 +213,8 @@ class _History:
                     text = _text_of(block.get("content"))
                     failed = bool(block.get("is_error")) or looks_like_failure(text)
                     yield ToolResult(self.turn, key, name, args, text, failed)
-                if not results:
+                if not results and not (self.working and self.turn):
+                    # A user message while the model works (a reminder) stays in its turn.
                     if self.turn:
                         yield TurnEnd(self.turn)
                     self.turn += 1
