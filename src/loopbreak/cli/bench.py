@@ -7,6 +7,13 @@ samples, each judged until it is stopped); the per-delta cost at 10 kB and at
 1 MB into one stream; and where each subject stopped each loop. People get rich
 tables on stdout (with a progress bar on stderr while it measures); ``--json``
 prints one JSON object on stdout instead. The measuring lives in :mod:`loopbreak._bench`.
+
+``loopbreak bench --proxy`` measures the HTTP proxy instead: ``--streams`` concurrent
+streams (default 1,000) through it against the scripted upstream on loopback, each
+process on its own event loop, the same load also run straight at the upstream;
+it reports the latency the proxy adds per chunk (p50/p99/max), the streams it held
+at once, its memory per stream, the CPU of every process, and that no chunk was
+lost or reordered. The measuring lives in :mod:`loopbreak._bench_proxy`.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopbreak._bench import (
     QUICK,
@@ -29,7 +36,16 @@ from loopbreak._bench import (
 )
 from loopbreak._errors import InputError
 
+if TYPE_CHECKING:
+    from loopbreak._bench_proxy import Latency, Phase, ProxyBenchReport, ProxyBenchSettings
+
 DEFAULT = BenchSettings()
+
+# ``bench --proxy`` defaults as its help shows them (a test holds them equal to
+# loopbreak._bench_proxy's presets, which are not imported here: every command pays for
+# this module's imports when the parser is built).
+PROXY_HELP_DEFAULTS = {"streams": (1000, 20), "chunks_per_s": (5.0, 20.0),
+                       "chunks": (50, 30), "ramp_seconds": (3.0, 0.2)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +70,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT.stream_seconds:g}; --quick {QUICK.stream_seconds:g})")
     parser.add_argument("--no-peers", action="store_true",
                         help="measure loopbreak only")
+    proxy = parser.add_argument_group(
+        "proxy load (--proxy)",
+        "many concurrent streams through `loopbreak proxy` against a scripted upstream")
+    proxy.add_argument("--proxy", action="store_true",
+                       help="measure the proxy under load instead of the engine")
+    helps = {"streams": "concurrent streams",
+             "chunks_per_s": "chunks per second in each stream",
+             "chunks": "chunks per stream",
+             "ramp_seconds": "start the streams spread over this many seconds"}
+    for name, metavar, kind in (("streams", "N", int), ("chunks_per_s", "R", float),
+                                ("chunks", "N", int), ("ramp_seconds", "S", float)):
+        default, quick = PROXY_HELP_DEFAULTS[name]
+        proxy.add_argument(f"--{name.replace('_', '-')}", type=kind, metavar=metavar,
+                           help=f"{helps[name]} (default {default:g}; --quick {quick:g})")
 
 
 def settings_from(args: argparse.Namespace) -> BenchSettings:
@@ -88,7 +118,71 @@ def _measure(settings: BenchSettings, args: argparse.Namespace) -> BenchReport:
         return run_bench(settings, quick=args.quick, peers=peers, on_progress=on_progress)
 
 
+_PROXY_OPTIONS = (("streams", "streams"), ("chunks_per_s", "chunks_per_s"),
+                  ("chunks", "chunks"), ("ramp_seconds", "ramp_seconds"))
+
+
+def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
+    """The proxy preset (default or ``--quick``) with the options given on top."""
+    from loopbreak._bench_proxy import QUICK as PROXY_QUICK
+    from loopbreak._bench_proxy import ProxyBenchSettings
+
+    base = PROXY_QUICK if args.quick else ProxyBenchSettings()
+    changes: dict[str, Any] = {}
+    for option, name in _PROXY_OPTIONS:
+        value = getattr(args, option, None)
+        if value is not None:
+            changes[name] = value
+    try:
+        return dataclasses.replace(base, **changes)
+    except InputError as exc:
+        raise InputError(f"bench --proxy: {exc}") from None
+
+
+def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> ProxyBenchReport:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from loopbreak._bench_proxy import run_proxy_bench
+
+    console = Console(stderr=True)
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=1.0)
+
+        def on_progress(what: str, done: float) -> None:
+            progress.update(task, description=what, completed=done)
+
+        try:
+            return run_proxy_bench(settings, quick=args.quick, on_progress=on_progress)
+        except ImportError as exc:
+            raise InputError(f"bench --proxy needs the proxy extra ({exc.name} is missing): "
+                             "pip install 'loopbreak[proxy]'") from None
+        except RuntimeError as exc:
+            raise InputError(f"bench --proxy: {exc}") from None
+
+
+def _run_proxy(args: argparse.Namespace) -> int:
+    from loopbreak._bench_proxy import proxy_report_dict
+
+    settings = proxy_settings_from(args)
+    report = _measure_proxy(settings, args)
+    if args.json:
+        sys.stdout.write(json.dumps(proxy_report_dict(report)) + "\n")
+        sys.stdout.flush()
+        return 0
+    render_proxy(report)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "proxy", False):
+        return _run_proxy(args)
+    given = [f"--{option.replace('_', '-')}" for option, _ in _PROXY_OPTIONS
+             if getattr(args, option, None) is not None]
+    if given:
+        raise InputError(f"{', '.join(given)} only apply with --proxy")
     settings = settings_from(args)
     report = _measure(settings, args)
     if args.json:
@@ -228,5 +322,140 @@ def render(report: BenchReport) -> None:
             notes.append(f"{result.name}: {result.note}.")
     for peer in missing:
         notes.append(f"{peer.name}: {peer.status}; get it with: {peer.install}")
+    for note in notes:
+        console.print(f"[dim]- {note}[/]")
+
+
+# ---------------------------------------------------------------------------
+# Proxy load tables
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def _signed_ms(ns: float) -> str:
+    return f"{ns / 1e6:+,.3f}"
+
+
+def _latency_cells(latency: Latency) -> list[str]:
+    if not latency.count:
+        return ["0", "—", "—", "—", "—", "—"]
+    return [f"{latency.count:,}", _ms(latency.p50), _ms(latency.p90), _ms(latency.p99),
+            _ms(latency.p999), _ms(latency.max)]
+
+
+def _added_cells(direct: Latency, proxied: Latency) -> list[str]:
+    if not direct.count or not proxied.count:
+        return ["", "—", "—", "—", "—", "—"]
+    return ["", _signed_ms(proxied.p50 - direct.p50), _signed_ms(proxied.p90 - direct.p90),
+            _signed_ms(proxied.p99 - direct.p99), _signed_ms(proxied.p999 - direct.p999),
+            _signed_ms(proxied.max - direct.max)]
+
+
+def _cores(phase: Phase, role: str) -> str:
+    cpu = phase.cpu.get(role)
+    if cpu is None:
+        return "—"
+    per_chunk = phase.cpu_per_chunk(role)
+    tail = f" ({per_chunk:,.0f})" if per_chunk is not None and role != "machine" else ""
+    return f"{cpu.cores:.2f}{tail}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def render_proxy(report: ProxyBenchReport) -> None:
+    """Print a ``bench --proxy`` report as tables on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from loopbreak._bench_proxy import TARGET_P99_ADDED_NS, TARGET_STREAMS
+
+    console = Console()
+    s = report.settings
+    m = report.machine
+    direct, proxied = report.direct, report.proxied
+    console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
+                  f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs, "
+                  f"{report.event_loop}"
+                  + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
+                     if m.load_before and m.load_after else ""))
+    console.print(
+        f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
+        f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
+        f"({s.stream_seconds:g} s, ~{s.piece_chars + 27} chars each, reasoning then text, "
+        f"clean), started over {s.ramp_seconds:g} s; upstream, proxy and client in a "
+        "process each.")
+
+    lat = Table(title="Latency per chunk, ms: upstream socket write → client read",
+                title_justify="left")
+    for name in ("", "chunks", "p50", "p90", "p99", "p99.9", "max"):
+        lat.add_column(name, justify="left" if not name else "right")
+    lat.add_row("direct", *_latency_cells(direct.latency))
+    lat.add_row("proxy", *_latency_cells(proxied.latency))
+    lat.add_row("[bold]added[/]", *_added_cells(direct.latency, proxied.latency))
+    lat.add_section()
+    lat.add_row("direct, all open", *_latency_cells(direct.steady))
+    lat.add_row("proxy, all open", *_latency_cells(proxied.steady))
+    lat.add_row("[bold]added, all open[/]", *_added_cells(direct.steady, proxied.steady))
+    console.print(lat)
+
+    runs = Table(title="Streams and chunks", title_justify="left")
+    for name in ("", "ended", "held", "gauge", "chunks", "lost", "reord", "dup", "chunks/s"):
+        runs.add_column(name, justify="left" if not name else "right")
+    for label, phase in (("direct", direct), ("proxy", proxied)):
+        i = phase.integrity
+        gauge = phase.proxy_streams_peak
+        runs.add_row(label, f"{phase.completed:,}/{phase.streams:,}",
+                     f"{phase.held_peak:,}", "—" if gauge is None else f"{gauge:,}",
+                     f"{i.received:,}", str(i.lost), str(i.reordered), str(i.duplicated),
+                     f"{phase.chunks_per_s:,.0f}")
+    console.print(runs)
+
+    cpu = Table(title="CPU, cores busy during each run (µs per chunk)", title_justify="left")
+    for name in ("", "client", "upstream", "proxy", "others", "machine"):
+        cpu.add_column(name, justify="left" if not name else "right")
+    for label, phase in (("direct", direct), ("proxy", proxied)):
+        other = phase.other_cores
+        cpu.add_row(label, _cores(phase, "client"), _cores(phase, "upstream"),
+                    _cores(phase, "proxy"), "—" if other is None else f"{other:.2f}",
+                    _cores(phase, "machine"))
+    console.print(cpu)
+
+    if proxied.memory is not None:
+        mem = proxied.memory
+        console.print(f"[bold]Proxy memory[/] (RSS): {_mib(mem.before)} before, "
+                      f"{_mib(mem.peak)} at peak, {_mib(mem.after)} after: "
+                      f"[bold]{mem.per_stream / 1024:,.1f} KiB per stream[/]")
+
+    t = report.targets
+    console.print("[bold]Targets[/] (through the proxy):")
+    if t.at_target_scale:
+        console.print(f"  {_mark(t.streams_met)}  {TARGET_STREAMS:,} concurrent streams "
+                      f"held: {t.streams_held:,}")
+    else:
+        console.print(f"  [yellow]– not run[/]  {TARGET_STREAMS:,} concurrent streams: this "
+                      f"run held {t.streams_held:,} of {s.streams:,}")
+    console.print(f"  {_mark(t.latency_met)}  added p99 per chunk < "
+                  f"{TARGET_P99_ADDED_NS / 1e6:g} ms: {_signed_ms(t.p99_added_ns)} ms")
+    console.print(f"  {_mark(t.intact)}  no chunk lost or reordered: {t.lost} lost, "
+                  f"{t.reordered} reordered")
+    notes = [
+        "Latency: the client's receive time minus the send time the upstream wrote into the "
+        "chunk (one wall clock for every process); added = proxy minus direct, quantile by "
+        "quantile.",
+        f"All open: chunks received while every stream was open ({direct.steady_seconds:.1f} s "
+        f"direct, {proxied.steady_seconds:.1f} s proxy): no connection being set up or torn "
+        "down.",
+        "Ended: streams that ended with [DONE], of those run; held: most open at once, "
+        "counted by the client; gauge: the proxy's loopbreak_streams_active at its highest "
+        "sample.",
+        "Others: CPU taken by processes outside the bench while it ran, on the same cores.",
+    ]
+    for phase in (direct, proxied):
+        for error in phase.errors:
+            notes.append(f"{phase.name}: {error}")
     for note in notes:
         console.print(f"[dim]- {note}[/]")

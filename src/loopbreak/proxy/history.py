@@ -27,8 +27,12 @@ from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
 from loopbreak._engine.trip import Trip
+from loopbreak._requests import thinking_off
 
 Kind = Literal["openai", "anthropic"]
+
+__all__ = ["HistoryView", "Kind", "replay", "session_key", "thinking_off", "with_denial",
+           "with_guidance", "with_note", "without_unsigned_thinking"]
 
 # The start of every cut notice, in every language: how the proxy recognises its own
 # notices in the history a client sends back.
@@ -254,46 +258,6 @@ def without_unsigned_thinking(body: dict[str, Any]) -> dict[str, Any]:
         if isinstance(m, dict) and isinstance(m.get("content"), list):
             m["content"] = [b for b in m["content"] if not (
                 isinstance(b, dict) and b.get("type") == "thinking" and not b.get("signature"))]
-    return body
-
-
-def thinking_off(body: dict[str, Any], kind: Kind, dialect: str, effort: str) -> dict[str, Any]:
-    """The request with thinking disabled in the upstream's dialect.
-
-    ``dialect`` ``auto`` reads it from the request: ``thinking`` (DeepSeek, Anthropic),
-    ``chat_template_kwargs`` (vLLM, SGLang), ``think`` (Ollama), ``reasoning_effort``
-    (OpenAI); a request that names none is left to the model's default.
-    """
-    body = copy.deepcopy(body)
-    chosen = dialect
-    if dialect == "auto":
-        if kind == "anthropic":
-            chosen = "anthropic"
-        elif "thinking" in body:
-            chosen = "deepseek"
-        elif "chat_template_kwargs" in body:
-            chosen = "vllm"
-        elif "think" in body:
-            chosen = "ollama"
-        elif "reasoning_effort" in body or "reasoning" in body:
-            chosen = "openai"
-        else:
-            chosen = "none"
-    if chosen in ("deepseek", "anthropic"):
-        body["thinking"] = {"type": "disabled"}
-        body.pop("reasoning_effort", None)
-    elif chosen == "vllm":
-        kwargs = body.get("chat_template_kwargs")
-        kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
-        kwargs.update({"enable_thinking": False, "thinking": False})
-        body["chat_template_kwargs"] = kwargs
-    elif chosen == "ollama":
-        body["think"] = False
-    elif chosen == "openai":
-        if "reasoning" in body and isinstance(body["reasoning"], dict):
-            body["reasoning"] = {**body["reasoning"], "effort": effort}
-        else:
-            body["reasoning_effort"] = effort
     return body
 
 

@@ -1,0 +1,196 @@
+"""The guard around an ``openai`` SDK chat-completions stream, sync and async.
+
+``guard_stream(stream)`` yields the same chunk objects the SDK yields. When a
+rule trips, the SDK stream is closed (which closes the connection and stops the
+upstream generating), a last chunk with ``finish_reason="stop"`` ends the
+iteration lawfully, and ``.trip`` and ``.notice`` tell the caller what
+happened. A cut never lands inside a tool call that is still streaming.
+
+``create_guarded(client, **kwargs)`` does the whole recovery in one call: it
+streams, and after a reasoning loop it re-asks once without thinking
+(``thinking_off_kwargs``) and continues the same iteration with the new answer,
+the notice shown first, as the proxy does.
+
+Needs the ``openai`` extra (``pip install 'loopbreak[openai]'``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import CallGuard
+from loopbreak._engine.notices import render, resolve_language
+from loopbreak._engine.trip import Trip
+from loopbreak._requests import thinking_off
+from loopbreak.integrations._deltas import feed_openai_chunk
+
+# Parameters the SDK takes by name; everything else a dialect needs goes in extra_body.
+_SDK_PARAMS = {"reasoning_effort"}
+
+
+def thinking_off_kwargs(kwargs: dict[str, Any], dialect: str = "auto",
+                        effort: str = "low") -> dict[str, Any]:
+    """``create()`` keyword arguments for the same request with thinking disabled.
+
+    DeepSeek: ``extra_body={"thinking": {"type": "disabled"}}``; vLLM and SGLang:
+    ``extra_body={"chat_template_kwargs": {"enable_thinking": False, ...}}``; Ollama:
+    ``think: false``; OpenAI: ``reasoning_effort`` lowered. ``auto`` reads which one
+    the request uses.
+    """
+    kwargs = copy.deepcopy(kwargs)
+    extra = dict(kwargs.pop("extra_body", None) or {})
+    body = {**extra, **{k: kwargs.pop(k) for k in list(kwargs) if k in _SDK_PARAMS}}
+    body = thinking_off(body, "openai", dialect, effort)
+    for key in _SDK_PARAMS:
+        if key in body:
+            kwargs[key] = body.pop(key)
+    if body:
+        kwargs["extra_body"] = body
+    return kwargs
+
+
+def _chunk(template: Any, text: str | None = None, finish: str | None = "stop") -> Any:
+    """A chunk like ``template`` carrying ``text`` (or nothing), ending the stream when
+    ``finish`` is given."""
+    from openai.types.chat import ChatCompletionChunk
+
+    return ChatCompletionChunk.model_validate({
+        "id": getattr(template, "id", "") or "chatcmpl-loopbreak",
+        "object": "chat.completion.chunk",
+        "created": getattr(template, "created", 0) or 0,
+        "model": getattr(template, "model", "") or "",
+        "choices": [{"index": 0, "delta": {"content": text} if text else {},
+                     "finish_reason": finish}],
+    })
+
+
+class _Guarded:
+    """What the sync and async wrappers share: judging chunks."""
+
+    def __init__(self, config: Config | None, language: str) -> None:
+        self.config = config or Config()
+        self.guard = CallGuard(self.config)
+        self.trip: Trip | None = None
+        self.language = language
+        self._sample = ""
+
+    def judge(self, chunk: Any) -> Trip | None:
+        trip = feed_openai_chunk(self.guard, chunk)
+        if trip is not None:
+            self.trip = trip
+        return trip
+
+    @property
+    def notice(self) -> str | None:
+        """What the model should read about the cut (``None`` while nothing was cut)."""
+        if self.trip is None:
+            return None
+        name = "cut.reasoning" if self.trip.channel == "reasoning" else "cut.text"
+        return render(name, resolve_language(self.language, self._sample),
+                      chars=f"{self.trip.offset:,}", rule=self.trip.rule)
+
+
+class GuardedStream(_Guarded):
+    """A sync SDK stream, judged chunk by chunk."""
+
+    def __init__(self, stream: Any, config: Config | None = None, *, language: str = "auto",
+                 show_notice: bool = False) -> None:
+        super().__init__(config, language)
+        self._stream = stream
+        self._show_notice = show_notice
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for chunk in self._stream:
+                if self.judge(chunk) is not None:
+                    self._stream.close()
+                    yield _chunk(chunk, self.notice if self._show_notice else None)
+                    return
+                yield chunk
+        finally:
+            # A reader that stops early must not leave the connection generating.
+            self._stream.close()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class AsyncGuardedStream(_Guarded):
+    """An async SDK stream, judged chunk by chunk."""
+
+    def __init__(self, stream: Any, config: Config | None = None, *, language: str = "auto",
+                 show_notice: bool = False) -> None:
+        super().__init__(config, language)
+        self._stream = stream
+        self._show_notice = show_notice
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for chunk in self._stream:
+            if self.judge(chunk) is not None:
+                await self._stream.close()
+                yield _chunk(chunk, self.notice if self._show_notice else None)
+                return
+            yield chunk
+
+    async def close(self) -> None:
+        await self._stream.close()
+
+
+def guard_stream(stream: Any, config: Config | None = None, *,
+                 show_notice: bool = False) -> GuardedStream:
+    """Judge a sync ``chat.completions.create(..., stream=True)`` stream as it is read."""
+    return GuardedStream(stream, config, show_notice=show_notice)
+
+
+def aguard_stream(stream: Any, config: Config | None = None, *,
+                  show_notice: bool = False) -> AsyncGuardedStream:
+    """Judge an async ``chat.completions.create(..., stream=True)`` stream as it is read."""
+    return AsyncGuardedStream(stream, config, show_notice=show_notice)
+
+
+class GuardedCompletion:
+    """Chunks of a guarded call with its recovery: cut, notice, one retry without thinking."""
+
+    def __init__(self, client: Any, kwargs: dict[str, Any], config: Config | None = None,
+                 *, dialect: str = "auto") -> None:
+        self.client = client
+        self.kwargs = {**kwargs, "stream": True}
+        self.config = config or Config()
+        self.dialect = dialect
+        self.trips: list[Trip] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        stream = guard_stream(self.client.chat.completions.create(**self.kwargs), self.config)
+        for chunk in stream:
+            if stream.trip is None:
+                yield chunk
+        if stream.trip is None:
+            return
+        self.trips.append(stream.trip)
+        notice = stream.notice or ""
+        retry = self.config.recovery.on_trip == "retry" and stream.trip.channel == "reasoning" \
+            and self.config.recovery.retries_per_turn > 0
+        if not retry:
+            yield _chunk(None, notice if self.config.recovery.notice else None)
+            return
+        if self.config.recovery.notice:
+            yield _chunk(None, notice + "\n\n", finish=None)
+        kwargs = thinking_off_kwargs(self.kwargs, self.dialect, self.config.proxy.retry_effort)
+        messages = [*kwargs.get("messages", []), {"role": "user", "content": notice}]
+        second = guard_stream(self.client.chat.completions.create(**{**kwargs,
+                                                                     "messages": messages}),
+                              self.config)
+        for chunk in second:
+            yield chunk
+        if second.trip is not None:
+            self.trips.append(second.trip)
+
+
+def create_guarded(client: Any, *, config: Config | None = None, dialect: str = "auto",
+                   **kwargs: Any) -> GuardedCompletion:
+    """``client.chat.completions.create(**kwargs, stream=True)`` with the guard and its
+    recovery: iterate it like the SDK stream; ``.trips`` lists what was cut."""
+    return GuardedCompletion(client, kwargs, config, dialect=dialect)

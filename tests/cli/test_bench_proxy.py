@@ -1,0 +1,281 @@
+"""``loopbreak bench --proxy``: the arithmetic on made-up streams, the script the upstream
+serves, the options, and one quick run end to end. No test times anything: the quick run
+is checked for completeness (every stream held, every chunk there, in order), never for
+how fast it was."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from loopbreak._bench import machine_info
+from loopbreak._bench_proxy import (
+    CPU,
+    MARK,
+    PLACEHOLDER,
+    QUICK,
+    REPORT_KEYS,
+    TARGET_P99_ADDED_NS,
+    TARGET_STREAMS,
+    Latency,
+    Memory,
+    ProxyBenchReport,
+    ProxyBenchSettings,
+    ProxyTargets,
+    StreamResult,
+    added_latency,
+    check_sequence,
+    chunk_text,
+    clean_text,
+    proxy_report_dict,
+    quantile,
+    scan_events,
+    stream_script,
+    summarise,
+)
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import CallGuard
+from loopbreak._engine.trip import Channel
+from loopbreak._errors import InputError
+from loopbreak.cli import main
+from loopbreak.cli.bench import PROXY_HELP_DEFAULTS, render_proxy
+
+MS = 1_000_000
+
+# --- order and loss -----------------------------------------------------------------
+
+
+def test_an_intact_stream() -> None:
+    result = check_sequence([0, 1, 2, 3], 4)
+    assert (result.received, result.lost, result.reordered, result.duplicated) == (4, 0, 0, 0)
+    assert result.intact
+
+
+def test_lost_reordered_and_duplicated_chunks_are_counted() -> None:
+    assert check_sequence([0, 2, 3], 4).lost == 1
+    assert check_sequence([0, 2, 1, 3], 4).reordered == 1
+    assert check_sequence([0, 1, 1, 2, 3], 4).duplicated == 1
+    assert check_sequence([], 3).lost == 3
+    assert not check_sequence([1, 0], 2).intact
+
+
+def test_integrity_adds_up_across_streams() -> None:
+    total = check_sequence([0, 1], 2) + check_sequence([1], 2)
+    assert (total.expected, total.received, total.lost) == (4, 3, 1)
+
+
+# --- latency arithmetic -------------------------------------------------------------
+
+
+def test_quantile_is_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert quantile(values, 0.5) == 50
+    assert quantile(values, 0.99) == 99
+    assert quantile(values, 1.0) == 100
+    assert quantile([7], 0.0) == 7
+    with pytest.raises(ValueError):
+        quantile([], 0.5)
+    with pytest.raises(ValueError):
+        quantile([1], 1.5)
+
+
+def test_latency_summary_and_added_latency() -> None:
+    direct = Latency.of([100, 200, 300, 400])
+    proxied = Latency.of([400, 600, 900, 1000])
+    assert (direct.count, direct.p50, direct.max, direct.mean) == (4, 200, 400, 250)
+    added = added_latency(direct, proxied)
+    assert (added.p50, added.p99, added.max) == (400, 600, 600)
+    assert Latency.of([]).count == 0
+
+
+def test_scan_events_reads_sequence_and_stamp_with_the_given_receive_time() -> None:
+    first = chunk_text(7, "def f():", stamp="1" * 19)
+    second = chunk_text(8, "pass", stamp="1" * 18 + "5")
+    data = (f'data: {{"choices":[{{"delta":{{"reasoning_content":"{first}"}}}}]}}\n\n'
+            f'data: {{"choices":[{{"delta":{{"content":"{second}"}}}}]}}\n\n'
+            "data: [DONE]\n\n").encode()
+    now = int("1" * 19) + 1000
+    seqs, latencies, done = scan_events(data, now)
+    assert seqs == [7, 8]
+    assert latencies == [1000, 996]
+    assert done
+
+
+def fake_stream(seqs: list[int], latency: int, start: int) -> StreamResult:
+    return StreamResult(200, tuple(seqs), tuple(latency for _ in seqs),
+                        tuple(start + i * 10 for i in range(len(seqs))), True)
+
+
+def test_summarise_counts_streams_chunks_and_the_all_open_window() -> None:
+    results = [fake_stream([0, 1, 2], 1 * MS, 0), fake_stream([0, 2, 1], 2 * MS, 0),
+               StreamResult(502, (), (), (), False, "HTTP 502")]
+    phase = summarise("p", results, 3, held_peak=2, wall_seconds=2.0,
+                      cpu={"proxy": CPU(0.5, 2.0)}, steady=(5, 15))
+    assert (phase.streams, phase.completed, phase.failed) == (3, 2, 1)
+    assert (phase.integrity.expected, phase.integrity.received) == (9, 6)
+    assert (phase.integrity.lost, phase.integrity.reordered) == (3, 1)
+    assert phase.latency.count == 6
+    assert phase.steady.count == 2  # the chunks received at 10 in each good stream
+    assert phase.errors == ("1 × HTTP 502",)
+    assert phase.cpu["proxy"].cores == 0.25
+    assert phase.cpu_per_chunk("proxy") == pytest.approx(0.5 / 6 * 1e6)
+    assert phase.chunks_per_s == 3.0
+
+
+def test_memory_per_stream_is_growth_over_streams() -> None:
+    assert Memory(100, 1100, 900, 10).per_stream == 100
+
+
+def test_targets_need_the_scale_the_latency_and_every_chunk() -> None:
+    good = ProxyTargets(TARGET_STREAMS, TARGET_STREAMS, TARGET_P99_ADDED_NS - 1, 0, 0)
+    assert good.all_met
+    assert not replace(good, streams=100, streams_held=100).streams_met
+    assert not replace(good, p99_added_ns=TARGET_P99_ADDED_NS).latency_met
+    assert not replace(good, lost=1).intact
+    assert not replace(good, reordered=1).all_met
+
+
+# --- settings and the script ----------------------------------------------------------
+
+
+def test_settings_are_checked() -> None:
+    for bad in ({"streams": 0}, {"chunks": 0}, {"chunks_per_s": 0.0}, {"ramp_seconds": -1.0},
+                {"proxy_loop": "tokio"}, {"chunks": 1_000_000}):
+        with pytest.raises(InputError):
+            ProxyBenchSettings(**bad)
+    assert ProxyBenchSettings().streams == TARGET_STREAMS
+    assert QUICK.stream_seconds > QUICK.ramp_seconds
+
+
+def test_help_shows_the_real_defaults() -> None:
+    default = ProxyBenchSettings()
+    for name, (shown, quick) in PROXY_HELP_DEFAULTS.items():
+        assert getattr(default, name) == shown, name
+        assert getattr(QUICK, name) == quick, name
+
+
+def test_the_script_carries_stamped_sequence_numbers_reasoning_then_text() -> None:
+    settings = replace(QUICK, chunks=6, piece_chars=8)
+    script = stream_script(settings, "abcdefgh" * 6)
+    bodies = [event.text for event in script.events]
+    assert [type(e).__name__ for e in script.events] == ["Reasoning"] * 3 + ["Text"] * 3
+    assert all(body.startswith(f"{i:06d}:{PLACEHOLDER}|") for i, body in enumerate(bodies))
+    assert script.delivery.delay == pytest.approx(1 / settings.chunks_per_s)
+    stamped = f'"{chunk_text(3, "x", stamp="1" * 19)}'.encode()
+    assert MARK.search(stamped) is not None
+
+
+def test_the_default_stream_is_clean_to_the_guard() -> None:
+    """Every chunk must reach the client: the guard may not cut the bench's text."""
+    settings = ProxyBenchSettings()
+    text = clean_text(settings.chunks * settings.piece_chars)
+    guard = CallGuard(Config())
+    for event in stream_script(settings, text).events:
+        stamp = str(1_700_000_000_000_000_000 + 123_456_789 * len(event.text))
+        channel: Channel = "reasoning" if type(event).__name__ == "Reasoning" else "text"
+        assert guard.feed(channel, event.text.replace(PLACEHOLDER, stamp)) is None
+
+
+# --- the options -----------------------------------------------------------------------
+
+
+def test_proxy_options_need_proxy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--streams", "5"]) == 2
+    assert "--streams only apply with --proxy" in capsys.readouterr().err
+
+
+def test_bad_proxy_options_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--proxy", "--quick", "--streams", "0"]) == 2
+    assert "streams must be >= 1" in capsys.readouterr().err
+
+
+# --- rendering, on a made-up report -------------------------------------------------------
+
+
+def made_up_report() -> ProxyBenchReport:
+    streams = [fake_stream([0, 1, 2], MS // 10, 0) for _ in range(4)]
+    slower = [fake_stream([0, 1, 2], MS // 2, 0) for _ in range(4)]
+    cpu = {"client": CPU(0.1, 1.0), "upstream": CPU(0.1, 1.0), "proxy": CPU(0.2, 1.0),
+           "machine": CPU(0.6, 1.0)}
+    settings = replace(QUICK, streams=4, chunks=3)
+    direct = summarise("direct", streams, 3, held_peak=4, wall_seconds=1.0, cpu=cpu,
+                       steady=(0, 20))
+    proxied = summarise("proxy", slower, 3, held_peak=4, wall_seconds=1.0, cpu=cpu,
+                        steady=(0, 20), proxy_streams_peak=4,
+                        memory=Memory(40 << 20, 41 << 20, 41 << 20, 4))
+    return ProxyBenchReport(settings, True, machine_info(), "asyncio", direct, proxied)
+
+
+def test_report_dict_and_tables_of_a_made_up_report(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    report = made_up_report()
+    data = proxy_report_dict(report)
+    assert set(REPORT_KEYS) <= set(data)
+    assert data["added_latency_ms"] == {"p50": 0.4, "p99": 0.4, "max": 0.4}
+    assert data["streams_held"] == 4
+    assert data["memory"]["per_stream_bytes"] == (1 << 20) // 4
+    assert data["proxy"]["other_cores"] == pytest.approx(0.2)
+    render_proxy(report)
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("Latency per chunk", "added", "Streams and chunks", "CPU", "Proxy memory",
+                 "256.0 KiB per stream", "not run", "no chunk lost or reordered"):
+        assert text in out, text
+
+
+# --- one quick run, end to end ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick_run() -> Iterator[dict[str, object]]:
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("uvicorn")
+    capture = pytest.MonkeyPatch()
+    out = io.StringIO()
+    capture.setattr(sys, "stdout", out)
+    try:
+        code = main(["bench", "--proxy", "--quick", "--json"])
+    finally:
+        capture.undo()
+    assert code == 0
+    yield json.loads(out.getvalue())
+
+
+def test_quick_run_returns_the_documented_keys(quick_run: dict[str, object]) -> None:
+    assert set(REPORT_KEYS) <= set(quick_run)
+    assert quick_run["quick"] is True
+    for phase in ("direct", "proxy"):
+        data = quick_run[phase]
+        assert isinstance(data, dict)
+        for key in ("streams", "completed", "held_peak", "chunks", "latency_ms",
+                    "steady_latency_ms", "cpu", "wall_seconds", "chunks_per_s"):
+            assert key in data, (phase, key)
+    added = quick_run["added_latency_ms"]
+    assert isinstance(added, dict) and set(added) == {"p50", "p99", "max"}
+    targets = quick_run["targets"]
+    assert isinstance(targets, dict) and targets["at_target_scale"] is False
+
+
+def test_quick_run_loses_and_reorders_nothing(quick_run: dict[str, object]) -> None:
+    chunks = quick_run["chunks"]
+    assert isinstance(chunks, dict)
+    assert chunks["expected"] == QUICK.streams * QUICK.chunks
+    assert chunks["received"] == chunks["expected"]
+    assert (chunks["lost"], chunks["reordered"], chunks["duplicated"]) == (0, 0, 0)
+    for phase in ("direct", "proxy"):
+        data = quick_run[phase]
+        assert isinstance(data, dict)
+        assert data["completed"] == QUICK.streams, data["errors"]
+        assert data["chunks"]["lost"] == 0 and data["chunks"]["reordered"] == 0
+
+
+def test_quick_run_holds_every_stream_at_once(quick_run: dict[str, object]) -> None:
+    assert quick_run["streams_held"] == QUICK.streams
+    proxy = quick_run["proxy"]
+    assert isinstance(proxy, dict)
+    assert proxy["held_peak"] == QUICK.streams
+    assert proxy["proxy_streams_peak"] == QUICK.streams

@@ -1,0 +1,104 @@
+"""``loopbreak.integrations.openai`` with the real ``openai`` SDK against the scripted upstream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from loopbreak._samples import clean_reasoning, verbatim_loop
+from loopbreak.integrations.openai import (
+    aguard_stream,
+    create_guarded,
+    guard_stream,
+    thinking_off_kwargs,
+)
+from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+
+LOOP = verbatim_loop().text
+MESSAGES = [{"role": "user", "content": "Fix the retry."}]
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as up:
+        yield up
+
+
+def _client(up: ScriptedUpstream) -> openai.OpenAI:
+    return openai.OpenAI(base_url=up.base_url, api_key="k", max_retries=0)
+
+
+def test_a_loop_is_cut_and_the_iteration_ends_lawfully(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, text="never", piece_chars=16)
+                     .delivered(delay=0.0005))
+    stream = _client(upstream).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    guarded = guard_stream(stream)
+    chunks = list(guarded)
+    assert guarded.trip is not None and guarded.trip.rule == "cycle"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
+                        for c in chunks if c.choices)
+    assert len(reasoning) == guarded.trip.offset - 16 and reasoning == LOOP[: len(reasoning)]
+    record = upstream.wait_for_requests(1)[0]
+    assert record.wait(2) and record.outcome == "client-disconnected"
+    assert guarded.notice is not None and "cut after" in guarded.notice
+
+
+def test_a_clean_stream_is_the_same_objects(upstream: ScriptedUpstream) -> None:
+    script = Script.openai(reasoning=clean_reasoning().text, text="Done.", piece_chars=9,
+                           tool_calls=[ToolCall.of("read", {"path": "a.py"}, id="call_a")])
+    upstream.enqueue(script, script)
+    client = _client(upstream)
+    plain = [c.model_dump() for c in client.chat.completions.create(
+        model="m", messages=MESSAGES, stream=True)]
+    guarded = guard_stream(client.chat.completions.create(model="m", messages=MESSAGES,
+                                                          stream=True))
+    same = [c.model_dump() for c in guarded]
+    for a, b in zip(plain, same):
+        a.pop("id"), b.pop("id"), a.pop("created"), b.pop("created")
+    assert same == plain and guarded.trip is None
+
+
+def test_async_stream(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16))
+
+    async def main() -> tuple[str | None, str | None]:
+        client = openai.AsyncOpenAI(base_url=upstream.base_url, api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        guarded = aguard_stream(stream)
+        last = None
+        async for chunk in guarded:
+            last = chunk
+        await client.close()
+        return (guarded.trip.rule if guarded.trip else None,
+                last.choices[0].finish_reason if last else None)
+
+    assert asyncio.run(main()) == ("cycle", "stop")
+
+
+def test_create_guarded_retries_without_thinking(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
+                     Script.openai(text="The answer."))
+    completion = create_guarded(_client(upstream), model="deepseek-chat", messages=MESSAGES,
+                                extra_body={"thinking": {"type": "enabled"}},
+                                reasoning_effort="high")
+    text = "".join(c.choices[0].delta.content or "" for c in completion if c.choices)
+    assert text.startswith("[loopbreak] Your reasoning was cut") and text.endswith("The answer.")
+    retry = upstream.wait_for_requests(2)[1].body
+    assert retry["thinking"] == {"type": "disabled"} and "reasoning_effort" not in retry
+    assert [t.rule for t in completion.trips] == ["cycle"]
+
+
+def test_thinking_off_kwargs_per_dialect() -> None:
+    base = {"model": "m", "messages": MESSAGES}
+    assert thinking_off_kwargs({**base, "extra_body": {"thinking": {"type": "enabled"}}})[
+        "extra_body"] == {"thinking": {"type": "disabled"}}
+    vllm = thinking_off_kwargs({**base, "extra_body": {"chat_template_kwargs": {"x": 1}}})
+    assert vllm["extra_body"]["chat_template_kwargs"] == {"x": 1, "enable_thinking": False,
+                                                          "thinking": False}
+    assert thinking_off_kwargs({**base, "reasoning_effort": "high"})["reasoning_effort"] == "low"
+    assert thinking_off_kwargs(base, dialect="deepseek")["extra_body"] == {
+        "thinking": {"type": "disabled"}}
