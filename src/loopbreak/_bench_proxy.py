@@ -58,10 +58,13 @@ from array import array
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from loopbreak._bench import Clock, Machine, OnProgress, load_average, machine_info
 from loopbreak._errors import InputError
+
+if TYPE_CHECKING:
+    from loopbreak.testing import Script
 
 TARGET_STREAMS = 1_000
 """The issue's concurrency target on a 2-core machine."""
@@ -99,9 +102,10 @@ class ProxyBenchSettings:
     """Content chunks (stamped deltas) per stream; the first half reasoning, then text."""
     chunks_per_s: float = 5.0
     """Chunks per second in each stream. LLM streams send tens per second, but on two
-    cores the three processes together spend ~250 µs of CPU per chunk (proxy ~120,
+    cores the three processes together spend ~240 µs of CPU per chunk (proxy ~115,
     upstream ~75, client ~50, measured), so 1,000 streams at 5/s (5,000 chunks/s) keep
-    the machine around 60 % busy; at 20/s they would only measure CPU starvation."""
+    the machine under half busy; at 20/s the proxy's one event loop saturates (it
+    tops out near 9,000 chunks/s on a core) and the run measures its queue."""
     ramp_seconds: float = 3.0
     """The streams start evenly spread over this long."""
     piece_chars: int = 12
@@ -178,7 +182,7 @@ def chunk_text(seq: int, piece: str, stamp: str = PLACEHOLDER) -> str:
     return f"{seq:06d}:{stamp}|{piece}"
 
 
-def stream_script(settings: ProxyBenchSettings, text: str | None = None) -> Any:
+def stream_script(settings: ProxyBenchSettings, text: str | None = None) -> Script:
     """The script every measured request gets: ``chunks`` stamped deltas, the first half
     reasoning and the rest text, one write each, ``1 / chunks_per_s`` s apart."""
     from loopbreak.testing import Reasoning, Script, Text
@@ -192,7 +196,7 @@ def stream_script(settings: ProxyBenchSettings, text: str | None = None) -> Any:
     return Script(tuple(events), dialect="openai").delivered(delay=1.0 / settings.chunks_per_s)
 
 
-def warm_script(settings: ProxyBenchSettings, text: str | None = None) -> Any:
+def warm_script(settings: ProxyBenchSettings, text: str | None = None) -> Script:
     """A short stream with no delays, for warming up."""
     from dataclasses import replace
 
@@ -639,13 +643,14 @@ class Child:
         assert self.process.stdout is not None
         line = _read_line(self.process.stdout, self._timeout)
         if not line.startswith(b"PORT "):
+            self.stop(keep_stderr=True)
+            why = self.stderr_text().strip()[-2000:] or repr(line)
             self.stop()
-            raise RuntimeError(f"the bench {self.role} did not start: "
-                               f"{self.stderr_text().strip()[-2000:] or line!r}")
+            raise RuntimeError(f"the bench {self.role} did not start: {why}")
         self.port = int(line.split()[1])
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, keep_stderr: bool = False) -> None:
         process, self.process = self.process, None
         if process is not None:
             with contextlib.suppress(OSError):
@@ -658,7 +663,7 @@ class Child:
                 process.wait()
             if process.stdout is not None:
                 process.stdout.close()
-        if self._stderr is not None:
+        if self._stderr is not None and not keep_stderr:
             self._stderr.close()
             self._stderr = None
 
@@ -1089,6 +1094,9 @@ def _proxy_main(args: argparse.Namespace) -> None:
                             loop=args.loop, log_level="warning", access_log=False,
                             lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
+    from loopbreak.proxy.server import tune_gc
+
+    tune_gc()
 
     def report_and_wait() -> None:
         while not server.started and not server.should_exit:

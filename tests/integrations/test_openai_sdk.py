@@ -102,3 +102,26 @@ def test_thinking_off_kwargs_per_dialect() -> None:
     assert thinking_off_kwargs({**base, "reasoning_effort": "high"})["reasoning_effort"] == "low"
     assert thinking_off_kwargs(base, dialect="deepseek")["extra_body"] == {
         "thinking": {"type": "disabled"}}
+
+
+def test_the_readme_example_runs(upstream: ScriptedUpstream,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "integrations" / "openai.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
+                     Script.openai(reasoning=LOOP, piece_chars=16),
+                     Script.openai(text="Because nothing counts the attempts."))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "openai.md", "exec"), {})
+    printed = out.getvalue()
+    assert "cut: cycle at" in printed and "[loopbreak] Your reasoning was cut" in printed
+    assert printed.rstrip().endswith("Because nothing counts the attempts.")
+    assert upstream.requests[2].body["thinking"] == {"type": "disabled"}

@@ -46,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError:
         raise InputError("the proxy needs its extra: pip install 'loopbreak[proxy]'") from None
+    from loopbreak.proxy.server import tune_gc
+
     app = ProxyApp(upstream, config_path=args.config)
+    tune_gc()
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(message)s")
     print(f"loopbreak proxy: http://{args.host}:{args.port} -> {app.upstream}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,9 +49,16 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_loads: Callable[[str], Any]
+try:  # orjson parses an event in a fifth of the time, where it is installed
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+
 def _load(event: SSEEvent) -> Any:
     try:
-        return json.loads(event.data)
+        return _loads(event.data)
     except ValueError as exc:
         raise BrokenStream(f"unparseable event data: {exc}") from None
 

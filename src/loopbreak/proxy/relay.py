@@ -190,13 +190,15 @@ class GuardedCall:
         held_state: tuple[int, dict[int, str]] | None = None
         tools: dict[int | str, list[str]] = {}  # key -> [id, name, arguments]
         finished = False
+        # Events that arrived in one read leave in one write: fewer sends, same order.
+        outbox: list[bytes] = []
         try:
             async for chunk in response.chunks():
                 for event in parser.feed(chunk):
                     if not event.has_data:
                         # Keep-alives and comments pass as they came.
                         if held is None:
-                            await self.client.write(event.raw)
+                            outbox.append(event.raw)
                         continue
                     # What the client has seen before this event, in case it is held back.
                     before = (stream.next_index, dict(stream.open_blocks)) \
@@ -211,9 +213,11 @@ class GuardedCall:
                         held = []
                         held_state = before
                     if trip is not None:
+                        await self._flush(outbox)
                         return await self._cut(trip, guard)
                     if any(p.kind == "error" for p in pieces):
-                        await self.client.write(self._out(event, pieces, continuing))
+                        outbox.append(self._out(event, pieces, continuing))
+                        await self._flush(outbox)
                         return None
                     if held is not None:
                         out = self._out(event, pieces, continuing)
@@ -226,36 +230,48 @@ class GuardedCall:
                             self.outcome.denials += len(denied)
                             if held_state is not None and isinstance(stream, AnthropicStream):
                                 stream.next_index, stream.open_blocks = held_state
+                            await self._flush(outbox)
                             return await self._deny(denied, tools)
-                        for data in held:
-                            await self.client.write(data)
-                        self._content_sent = True
+                        outbox.extend(held)
                         held = None
                         continue
                     out = self._out(event, pieces, continuing)
                     if out:
-                        await self.client.write(out)
-                        self._content_sent = True
+                        outbox.append(out)
                     if any(p.kind == "done" for p in pieces):
+                        await self._flush(outbox)
                         return None
+                await self._flush(outbox)
         except (BrokenStream, SSEError) as exc:
+            await self._flush(outbox)
             raise _Broken(str(exc)) from None
         except (ConnectionError, asyncio.TimeoutError, OSError) as exc:
+            await self._flush(outbox)
             raise _Broken(type(exc).__name__) from None
         if held is not None and finished:
             denied = self._denied(tools)
             if denied:
                 self.outcome.denials += len(denied)
                 return await self._deny(denied, tools)
-            for data in held:
-                await self.client.write(data)
-            self._content_sent = True
+            await self._flush(held)
         if not finished:
             raise _Broken("the stream ended before a finish")
         # A finish arrived but not the stream's last event: end it the way clients expect.
         await self.client.write(b"data: [DONE]\n\n" if isinstance(stream, OpenAIStream)
                                 else sse_data({"type": "message_stop"}, "message_stop"))
         return None
+
+    async def _flush(self, outbox: list[bytes]) -> None:
+        """Send what waits in ``outbox`` in one write."""
+        if not outbox:
+            return
+        # Keep-alive comments alone do not commit the response: a broken stream can still
+        # be re-sent unseen.
+        if any(not part.startswith(b":") for part in outbox):
+            self._content_sent = True
+        data = b"".join(outbox)
+        outbox.clear()
+        await self.client.write(data)
 
     def _out(self, event: Any, pieces: list[Piece], continuing: bool) -> bytes:
         if not continuing:

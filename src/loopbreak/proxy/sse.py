@@ -49,6 +49,14 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Add ``data``; return every event it completed, in order."""
+        if not self._buffer and b"\r" not in data:
+            # The common case, a read of whole LF-framed events: split once.
+            blocks = data.split(b"\n\n")
+            rest = blocks.pop()
+            if len(rest) > self._max:
+                raise SSEError(f"an event grew past {self._max:,} bytes without ending")
+            self._buffer += rest
+            return [_parse_block(block + b"\n\n", block) for block in blocks]
         self._buffer += data
         events: list[SSEEvent] = []
         while True:
@@ -84,6 +92,8 @@ def _parse_block(raw: bytes, block: bytes) -> SSEEvent:
         text = block.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SSEError(f"event is not UTF-8 (byte {exc.start})") from None
+    if text.startswith("data: ") and "\n" not in text:
+        return SSEEvent(raw=raw, data=text[6:], has_data=True)
     event = SSEEvent(raw=raw)
     comments = []
     data_lines = []
