@@ -1,0 +1,460 @@
+"""``loopbreak.integrations.litellm`` with the real LiteLLM.
+
+Fast tier: the hook's iterator fed real LiteLLM chunk objects, hand-made and as
+``litellm.acompletion`` streams them from the scripted upstream. Slow tier: the real
+``litellm`` proxy, started once for the module from the config and the command in
+``docs/integrations/litellm.md`` (only the model's address changed, to the scripted
+upstream on loopback), driven with the real ``openai`` SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from loopbreak import Config, RecoveryConfig
+from loopbreak._samples import clean_reasoning, verbatim_loop
+from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_chars
+
+# LiteLLM fetches its model cost map from the internet when imported, unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+litellm = pytest.importorskip("litellm", reason="litellm is not installed: "
+                              "pip install 'loopbreak[litellm]'")
+from litellm.types.utils import (  # noqa: E402
+    Delta,
+    ModelResponseStream,
+    StreamingChoices,
+)
+
+from loopbreak.integrations.litellm import LoopbreakGuard, guard  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = (REPO / "docs" / "integrations" / "litellm.md").read_text(encoding="utf-8")
+DOC_UPSTREAM = "https://api.deepseek.com/v1"
+"""The model address in the documented config: the one thing the test changes."""
+
+LOOP = verbatim_loop().text
+CLEAN = clean_reasoning().text
+MESSAGES = [{"role": "user", "content": "Fix the retry."}]
+REQUEST: dict[str, Any] = {"model": "deepseek-reasoner", "messages": MESSAGES}
+
+
+# --- the hook alone, with real LiteLLM chunk objects -----------------------------------------
+
+def _chunk(*, reasoning: str | None = None, text: str | None = None,
+           tools: list[dict[str, Any]] | None = None, finish: str | None = None,
+           role: str | None = None) -> ModelResponseStream:
+    return ModelResponseStream(
+        id="chatcmpl-1", created=1700000000, model="deepseek-reasoner",
+        choices=[StreamingChoices(index=0, finish_reason=finish, delta=Delta(
+            role=role, content=text, reasoning_content=reasoning, tool_calls=tools))])
+
+
+def _tool(index: int, args: str, *, name: str | None = None,
+          id: str | None = None) -> dict[str, Any]:
+    call: dict[str, Any] = {"index": index, "function": {"arguments": args}}
+    if name is not None:
+        call.update(id=id, type="function")
+        call["function"]["name"] = name
+    return call
+
+
+class _Upstream:
+    """An async iterator of chunks that counts what was read and whether it was closed."""
+
+    def __init__(self, chunks: list[Any]) -> None:
+        self.chunks = chunks
+        self.read = 0
+        self.closed = False
+
+    def __aiter__(self) -> _Upstream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self.closed or self.read == len(self.chunks):
+            raise StopAsyncIteration
+        self.read += 1
+        return self.chunks[self.read - 1]
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _through(hook: LoopbreakGuard, response: Any,
+             request: dict[str, Any] | None = None) -> list[Any]:
+    async def main() -> list[Any]:
+        return [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(
+            user_api_key_dict=None, response=response, request_data=request or REQUEST)]
+    return asyncio.run(main())
+
+
+def _delta(chunk: Any, name: str) -> Any:
+    """A field of a LiteLLM chunk's delta (LiteLLM drops unset fields from the object)."""
+    return getattr(chunk.choices[0].delta, name, None) if chunk.choices else None
+
+
+def _reasoning(chunks: list[Any]) -> str:
+    return "".join(_delta(c, "reasoning_content") or "" for c in chunks)
+
+
+def _content(chunks: list[Any]) -> str:
+    return "".join(_delta(c, "content") or "" for c in chunks)
+
+
+def test_a_loop_is_cut_the_upstream_closed_and_the_stream_ended_lawfully() -> None:
+    pieces = split_chars(LOOP, 16)
+    upstream = _Upstream([_chunk(role="assistant", reasoning=""),
+                          *(_chunk(reasoning=p) for p in pieces), _chunk(finish="stop")])
+    hook = LoopbreakGuard(Config())
+    out = _through(hook, upstream)
+    (trip,) = hook.trips
+    assert trip.rule == "cycle" and trip.channel == "reasoning"
+    # The chunks before the trip went out as they came (the same objects), then nothing more
+    # was read and the upstream was closed.
+    assert out[:-1] == upstream.chunks[: len(out) - 1]
+    assert all(a is b for a, b in zip(out[:-1], upstream.chunks))
+    assert upstream.closed and upstream.read == len(out)
+    assert _reasoning(out) == LOOP[: trip.offset - 16]
+    last = out[-1]
+    assert isinstance(last, ModelResponseStream)
+    assert last.choices[0].finish_reason == "stop"
+    assert _delta(last, "content") == hook.notice(trip) == (
+        "[loopbreak] Your reasoning was cut after 960 characters because it kept repeating "
+        "(cycle). Do not repeat that reasoning. Carry on with the task from where it stands: "
+        "take the next concrete step.")
+    assert (last.id, last.created, last.model) == ("chatcmpl-1", 1700000000, "deepseek-reasoner")
+
+
+def test_a_clean_stream_is_the_same_objects() -> None:
+    chunks = [_chunk(role="assistant", reasoning=""),
+              *(_chunk(reasoning=p) for p in split_chars(CLEAN, 9)),
+              *(_chunk(text=p) for p in split_chars("I will read the file first.", 5)),
+              _chunk(tools=[_tool(0, '{"path"', name="read", id="call_a")]),
+              _chunk(tools=[_tool(0, ': "a.py"}')]), _chunk(finish="tool_calls")]
+    upstream = _Upstream(chunks)
+    hook = LoopbreakGuard(Config())
+    out = _through(hook, upstream)
+    assert len(out) == len(chunks) and all(a is b for a, b in zip(out, chunks))
+    assert not hook.trips and not upstream.closed
+
+
+def test_a_trip_inside_an_open_tool_call_waits_for_the_call_to_close() -> None:
+    # A text loop streams while a tool call is open: the cut must not truncate its arguments.
+    args = split_chars('{"path": "a.py", "text": "retry = 3"}', 8)
+    chunks = [_chunk(role="assistant", text=""),
+              _chunk(tools=[_tool(0, args[0], name="write", id="call_w")]),
+              *(_chunk(text=p) for p in split_chars(LOOP[:3000], 16)),
+              *(_chunk(tools=[_tool(0, a)]) for a in args[1:]),
+              _chunk(finish="tool_calls")]
+    upstream = _Upstream(chunks)
+    hook = LoopbreakGuard(Config())
+    out = _through(hook, upstream)
+    (trip,) = hook.trips
+    assert trip.channel == "text" and trip.offset < 3000
+    # Everything up to the finish went out; the finish gave way to the notice.
+    assert all(a is b for a, b in zip(out[:-1], chunks[:-1])) and len(out) == len(chunks)
+    sent = "".join(c.choices[0].delta.tool_calls[0].function.arguments
+                   for c in out if _delta(c, "tool_calls"))
+    assert sent == "".join(args)
+    last = out[-1].choices[0]
+    assert last.finish_reason == "tool_calls"
+    assert _delta(out[-1], "content").startswith("[loopbreak] Your output was cut after")
+
+
+def test_a_chunk_that_closes_the_tool_call_goes_out_without_its_finish() -> None:
+    # Some providers put the last argument piece and the finish in one chunk.
+    chunks = [_chunk(tools=[_tool(0, '{"a": ', name="f", id="call_f")]),
+              *(_chunk(text=p) for p in split_chars(LOOP[:3000], 16)),
+              _chunk(tools=[_tool(0, "1}")], finish="tool_calls")]
+    out = _through(LoopbreakGuard(Config()), _Upstream(chunks))
+    closing = out[-2].choices[0]
+    assert closing.delta.tool_calls[0].function.arguments == "1}"
+    assert closing.finish_reason is None and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert out[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_notice_settings_and_language() -> None:
+    chunks = [_chunk(reasoning=p) for p in split_chars(LOOP, 16)]
+    quiet = _through(LoopbreakGuard(Config(recovery=RecoveryConfig(notice=False))),
+                     _Upstream(chunks))
+    assert quiet[-1].choices[0].finish_reason == "stop"
+    assert _delta(quiet[-1], "content") is None
+    chinese = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "请修复上传模块里的重试逻辑，它会无限循环。"}]}]}
+    out = _through(LoopbreakGuard(Config()), _Upstream(chunks), chinese)
+    assert _delta(out[-1], "content").startswith("[loopbreak] 你的思考在 960 个字符处被截断")
+
+
+def test_what_is_not_a_chat_chunk_passes_through() -> None:
+    items: list[Any] = [b'event: message_start\ndata: {"type": "message_start"}\n\n',
+                        {"type": "response.output_text.delta", "delta": LOOP}, "data: x"]
+    out = _through(LoopbreakGuard(Config()), _Upstream(items))
+    assert out == items
+
+
+def test_configuration_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "loopbreak.toml"
+    toml.write_text("[recovery]\nlanguage = \"zh\"\n", encoding="utf-8")
+    monkeypatch.setattr(litellm, "callback_settings", {"loopbreak": {"config": str(toml)}})
+    assert LoopbreakGuard().config.recovery.language == "zh"
+    monkeypatch.setattr(litellm, "callback_settings", {})
+    monkeypatch.setenv("LOOPBREAK_CONFIG", str(toml))
+    assert LoopbreakGuard().config.recovery.language == "zh"
+    monkeypatch.setenv("LOOPBREAK_RECOVERY__LANGUAGE", "en")  # variables override the file
+    assert LoopbreakGuard().config.recovery.language == "en"
+    monkeypatch.delenv("LOOPBREAK_CONFIG")
+    monkeypatch.delenv("LOOPBREAK_RECOVERY__LANGUAGE")
+    assert LoopbreakGuard().config.recovery.language == "auto"
+    assert LoopbreakGuard(config_path=toml).config.recovery.language == "zh"
+
+
+def test_litellm_loads_the_instance_the_docs_name() -> None:
+    from litellm.integrations.custom_logger import CustomLogger
+    from litellm.proxy.types_utils.utils import get_instance_fn
+
+    (name,) = re.findall(r'callbacks: \["([\w.]+)"\]', DOC)
+    assert get_instance_fn(name) is guard
+    assert isinstance(guard, CustomLogger)
+    # The proxy wraps a stream only for callbacks whose own class defines the hook.
+    assert "async_post_call_streaming_iterator_hook" in type(guard).__dict__
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as up:
+        yield up
+
+
+def _acompletion_through_hook(up: ScriptedUpstream, hook: LoopbreakGuard
+                              ) -> tuple[list[Any], bool]:
+    """``litellm.acompletion`` streaming from ``up`` (its real chunk objects and stream
+    wrapper) through the hook; and whether the upstream exchange had ended by the time the
+    hook's iteration was over, with LiteLLM's stream object still alive."""
+    async def main() -> tuple[list[Any], bool]:
+        stream = await litellm.acompletion(model="openai/deepseek-reasoner", messages=MESSAGES,
+                                           api_base=up.base_url, api_key="sk-test",
+                                           stream=True, max_retries=0)
+        out = [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(
+            user_api_key_dict=None, response=stream, request_data=REQUEST)]
+        ended = await up.wait_for_requests(1)[-1].wait_async(5)
+        assert stream is not None  # alive until here: nothing but the hook closed it
+        return out, ended
+    return asyncio.run(main())
+
+
+def test_litellm_streams_through_the_hook(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                                   flavour="deepseek").delivered(delay=0.002))
+    hook = LoopbreakGuard(Config())
+    out, ended = _acompletion_through_hook(upstream, hook)
+    assert all(isinstance(c, ModelResponseStream) for c in out)
+    (trip,) = hook.trips
+    assert _reasoning(out) == LOOP[: trip.offset - 16]
+    assert out[-1].choices[0].finish_reason == "stop"
+    assert _content(out) == hook.notice(trip)
+    (record,) = upstream.requests
+    assert ended and record.outcome == "client-disconnected"
+    assert record.events_sent < 400  # of 1250: generation stopped at the cut
+
+    upstream.reset([Script.openai(reasoning=CLEAN, text="Done.", piece_chars=9,
+                                  flavour="deepseek")])
+    out, ended = _acompletion_through_hook(upstream, hook)
+    assert _reasoning(out) == CLEAN and _content(out) == "Done."
+    assert out[-1].choices[0].finish_reason == "stop" and len(hook.trips) == 1
+    assert ended and upstream.requests[0].outcome == "completed"
+
+
+# --- the real LiteLLM proxy -------------------------------------------------------------------
+
+@dataclass
+class Proxy:
+    upstream: ScriptedUpstream
+    base_url: str
+    key: str
+    log: Path
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0,
+                             timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _documented_config(upstream_url: str) -> str:
+    config = next(b for b in re.findall(r"```yaml\n(.*?)```", DOC, flags=re.S)
+                  if "model_list:" in b)
+    assert config.count(DOC_UPSTREAM) == 1
+    return config.replace(DOC_UPSTREAM, upstream_url)
+
+
+def _documented_command(config: Path, port: int) -> list[str]:
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", DOC, flags=re.S)
+                 if "litellm --config" in b)
+    (line,) = [line for line in block.splitlines() if line.startswith("litellm ")]
+    argv = shlex.split(line)
+    argv[0] = str(Path(sys.executable).with_name("litellm"))
+    argv[argv.index("--config") + 1] = str(config)
+    argv[argv.index("--port") + 1] = str(port)
+    return argv
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+    if not Path(sys.executable).with_name("litellm").exists():
+        pytest.skip("the litellm command is not installed: pip install 'litellm[proxy]'")
+    work = tmp_path_factory.mktemp("litellm-proxy")
+    key = "sk-" + secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LOOPBREAK_", "LITELLM_", "DATABASE_URL"))}
+    env.update({
+        "LITELLM_MASTER_KEY": key, "DEEPSEEK_API_KEY": "sk-upstream-test",
+        # Nothing leaves the machine: the bundled cost map, no telemetry, no proxy for loopback.
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY_DISABLED": "true",
+        "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+        "PYTHONUNBUFFERED": "1",
+    })
+    with ScriptedUpstream() as up:
+        config = work / "litellm.yaml"
+        config.write_text(_documented_config(up.base_url), encoding="utf-8")
+        port = _free_port()
+        log = work / "litellm.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(_documented_command(config, port), cwd=work, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"litellm exited with {proc.returncode}:\n"
+                                f"{log.read_text(errors='replace')[-3000:]}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health/liveliness",
+                                 timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail("litellm did not come up in 120 s:\n"
+                                f"{log.read_text(errors='replace')[-3000:]}")
+                time.sleep(0.1)
+            yield Proxy(up, f"http://127.0.0.1:{port}/v1", key, log)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def _stream(proxy: Proxy, script: Script) -> tuple[list[Any], Any]:
+    proxy.upstream.reset([script])
+    chunks = list(proxy.client().chat.completions.create(
+        model="deepseek-reasoner", messages=MESSAGES, stream=True))
+    (record,) = proxy.upstream.wait_for_requests(1)
+    assert record.wait(10), "the upstream exchange did not end"
+    return chunks, record
+
+
+def _extra(delta: Any, name: str) -> Any:
+    return getattr(delta, name, None) or (delta.model_extra or {}).get(name)
+
+
+def _reassembled(chunks: list[Any]) -> dict[str, Any]:
+    reasoning, text, finish = [], [], []
+    calls: dict[int, list[str]] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            delta = choice.delta
+            reasoning.append(_extra(delta, "reasoning_content") or "")
+            text.append(delta.content or "")
+            for call in delta.tool_calls or []:
+                entry = calls.setdefault(call.index, ["", "", ""])
+                entry[0] += call.id or ""
+                entry[1] += (call.function.name or "") if call.function else ""
+                entry[2] += (call.function.arguments or "") if call.function else ""
+            if choice.finish_reason:
+                finish.append(choice.finish_reason)
+    return {"reasoning": "".join(reasoning), "text": "".join(text),
+            "tool_calls": [tuple(calls[k]) for k in sorted(calls)], "finish": finish}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_proxy_cuts_a_loop_lawfully(proxy: Proxy, channel: str) -> None:
+    script = (Script.openai(reasoning=LOOP, text="never", piece_chars=16, flavour="deepseek")
+              if channel == "reasoning" else
+              Script.openai(text=LOOP, piece_chars=16, flavour="deepseek")).delivered(delay=0.002)
+    chunks, record = _stream(proxy, script)
+    got = _reassembled(chunks)
+    assert got["finish"] == ["stop"] and chunks[-1].choices[0].finish_reason == "stop"
+    what = "reasoning" if channel == "reasoning" else "output"
+    notice = chunks[-1].choices[0].delta.content
+    assert re.fullmatch(rf"\[loopbreak\] Your {what} was cut after [\d,]+ characters because "
+                        r"it kept repeating \(cycle\)\..*", notice)
+    seen = got[channel] if channel == "reasoning" else got["text"][: -len(notice)]
+    assert LOOP.startswith(seen) and 0 < len(seen) < 1_000 and len(LOOP) == 20_000
+    assert "never" not in got["text"]
+    # The upstream saw the client go: generation stops there, long before the loop's end.
+    assert record.outcome == "client-disconnected"
+    assert record.events_sent < len(script.events) // 2
+
+
+@pytest.mark.slow
+def test_proxy_passes_a_clean_stream_unchanged(proxy: Proxy) -> None:
+    text = "Done ✅: the retry is bounded — 重试有上限."
+    call = ToolCall.of("read", {"path": "a.py", "note": "é"}, id="call_a")
+    script = Script.openai(reasoning=CLEAN, text=text, tool_calls=[call], piece_chars=9,
+                           flavour="deepseek").delivered(write_bytes=7)
+    chunks, record = _stream(proxy, script)
+    assert _reassembled(chunks) == {"reasoning": CLEAN, "text": text,
+                                    "tool_calls": [("call_a", "read", call.arguments_text)],
+                                    "finish": ["tool_calls"]}
+    # Delta for delta: LiteLLM neither merges nor splits them, and the hook adds none.
+    pieces = [p for c in chunks for p in (_extra(c.choices[0].delta, "reasoning_content"),
+                                          c.choices[0].delta.content) if c.choices and p]
+    assert pieces == split_chars(CLEAN, 9) + split_chars(text, 9)
+    assert record.outcome == "completed"
+
+
+@pytest.mark.slow
+def test_proxy_holds_a_cut_until_the_open_tool_call_closes(proxy: Proxy) -> None:
+    call = ToolCall.of("write", {"path": "a.py", "text": "retry = 3"}, id="call_w")
+    loop = [Text(p) for p in split_chars(LOOP[:3000], 16)]
+    chunks, _ = _stream(proxy, Script((call, *loop)))
+    got = _reassembled(chunks)
+    assert got["tool_calls"] == [("call_w", "write", call.arguments_text)]
+    assert got["finish"] == ["tool_calls"]
+    assert "[loopbreak] Your output was cut after" in got["text"]
+
+
+@pytest.mark.slow
+def test_proxy_passes_a_response_that_is_not_streamed(proxy: Proxy) -> None:
+    proxy.upstream.reset([Script.openai(reasoning=CLEAN, text="Done.")])
+    response = proxy.client().chat.completions.create(model="deepseek-reasoner",
+                                                      messages=MESSAGES)
+    message = response.choices[0].message
+    assert message.content == "Done." and _extra(message, "reasoning_content") == CLEAN
+    assert response.choices[0].finish_reason == "stop"
