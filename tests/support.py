@@ -141,3 +141,32 @@ def hard_negatives() -> dict[str, str]:
 
 ProxyFactory = Callable[..., Any]
 """Starts a proxy in front of the test's scripted upstream (fixture ``proxy_for``)."""
+
+
+def doc_blocks(name: str, language: str = "python") -> list[str]:
+    """The ``language`` code blocks of ``docs/integrations/<name>.md`` (the README's sections)."""
+    import re
+
+    text = (REPO / "docs" / "integrations" / f"{name}.md").read_text(encoding="utf-8")
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def run_doc_example(name: str) -> str:
+    """Run the one python example of ``docs/integrations/<name>.md`` as a user would paste it;
+    return what it printed. The test points it at the scripted upstream through environment
+    variables (``OPENAI_BASE_URL``...), never by editing the code."""
+    import contextlib
+    import io
+
+    (code,) = doc_blocks(name)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"docs/integrations/{name}.md", "exec"), {"__name__": "__main__"})
+    return out.getvalue()
+
+
+def point_openai_at(monkeypatch: Any, upstream: Any) -> None:
+    """Point every OpenAI-style client a doc example builds at the scripted upstream."""
+    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)

@@ -4,11 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
-import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +22,7 @@ from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.integrations import langchain as lb_langchain
 from loopbreak.integrations.langchain import LoopbreakMiddleware, LoopCutError
 from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall
+from support import point_openai_at, run_doc_example
 
 LOOP = verbatim_loop().text
 NOTICE = "[loopbreak] Your reasoning was cut"
@@ -337,16 +334,9 @@ def test_async_tool_breaker(upstream: ScriptedUpstream) -> None:
 
 def test_the_readme_example_runs(upstream: ScriptedUpstream,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "integrations" / "langchain.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    point_openai_at(monkeypatch, upstream)
     upstream.enqueue(_endless(), *_repeated_calls(4, "settings.toml is not at that path."))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "langchain.md", "exec"), {})
-    printed = out.getvalue()
+    printed = run_doc_example("langchain")
     assert f"ai: {NOTICE}" in printed
     assert printed.count("[loopbreak] This exact call to `read_file` has now failed") == 2
     assert "[loopbreak] This call to `read_file` was not run" in printed

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ from openai import AsyncOpenAI
 from loopbreak._engine.notices import render
 from loopbreak.integrations.openai_agents import ToolBreakerGuardrails
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+from support import point_openai_at, run_doc_example
 
 DOC = Path(__file__).parents[2] / "docs" / "integrations" / "openai_agents.md"
 SDK_ERROR = "An error occurred while running the tool. Please try again."
@@ -167,11 +165,6 @@ def test_protect_copies_function_tools_and_passes_others_through() -> None:
 def test_the_readme_example_runs(upstream: ScriptedUpstream,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     upstream.enqueue(*[read_call()] * 4, Script.openai(text=ANSWER))
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
-    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
-    assert out.getvalue() == ANSWER + "\n"
+    point_openai_at(monkeypatch, upstream)
+    assert run_doc_example("openai_agents") == ANSWER + "\n"
     assert tool_messages(upstream) == [SDK_ERROR, guidance(2), guidance(3), DENIAL]

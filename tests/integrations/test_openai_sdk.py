@@ -16,6 +16,7 @@ from loopbreak.integrations.openai import (
     thinking_off_kwargs,
 )
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+from support import point_openai_at, run_doc_example
 
 LOOP = verbatim_loop().text
 MESSAGES = [{"role": "user", "content": "Fix the retry."}]
@@ -106,22 +107,11 @@ def test_thinking_off_kwargs_per_dialect() -> None:
 
 def test_the_readme_example_runs(upstream: ScriptedUpstream,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import contextlib
-    import io
-    import re
-    from pathlib import Path
-
-    doc = (Path(__file__).parents[2] / "docs" / "integrations" / "openai.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
-    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    point_openai_at(monkeypatch, upstream)
     upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
                      Script.openai(reasoning=LOOP, piece_chars=16),
                      Script.openai(text="Because nothing counts the attempts."))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "openai.md", "exec"), {})
-    printed = out.getvalue()
+    printed = run_doc_example("openai")
     assert "cut: cycle at" in printed and "[loopbreak] Your reasoning was cut" in printed
     assert printed.rstrip().endswith("Because nothing counts the attempts.")
     assert upstream.requests[2].body["thinking"] == {"type": "disabled"}

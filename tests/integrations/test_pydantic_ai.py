@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from loopbreak import Config, SessionGuard, ToolFailureConfig
 from loopbreak._engine.notices import render
 from loopbreak.integrations.pydantic_ai import ToolBreakerCapability
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+from support import point_openai_at, run_doc_example
 
 DOC = Path(__file__).parents[2] / "docs" / "integrations" / "pydantic_ai.md"
 MISSING = "/srv/app/settings.toml"
@@ -150,12 +149,7 @@ def test_other_exceptions_are_counted_and_propagate(upstream: ScriptedUpstream) 
 def test_the_readme_example_runs(upstream: ScriptedUpstream,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     upstream.enqueue(*[read_call()] * 4, Script.openai(text=ANSWER))
-    (code,) = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
-    monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
-    assert out.getvalue() == ANSWER + "\n"
+    point_openai_at(monkeypatch, upstream)
+    assert run_doc_example("pydantic_ai") == ANSWER + "\n"
     error = f"[Errno 2] {ERROR}"
     assert tool_messages(upstream) == [error, guidance(2, error), guidance(3, error), DENIAL]

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +13,7 @@ from loopbreak import Config, SessionGuard, ToolFailureConfig
 from loopbreak._engine.notices import render
 from loopbreak.integrations.tools import ToolBreaker, as_text, guard_tool
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall
+from support import point_openai_at, run_doc_example
 
 DOC = Path(__file__).parents[2] / "docs" / "integrations" / "tools.md"
 MISSING = "/srv/app/settings.toml"
@@ -185,24 +182,13 @@ def tool_messages(up: ScriptedUpstream) -> list[str]:
     return out
 
 
-def run_doc(path: Path, up: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the one python block of ``path`` with the OpenAI endpoint pointed at ``up``."""
-    (code,) = re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
-    monkeypatch.setenv("OPENAI_BASE_URL", up.base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    out = io.StringIO()
-    namespace: dict[str, Any] = {"__name__": "__doc_example__"}
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(path), "exec"), namespace)
-    return out.getvalue()
-
-
 def test_the_readme_example_runs(upstream: ScriptedUpstream,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     call = Script.openai(tool_calls=[ToolCall.of("read_file", {"path": MISSING})])
     upstream.enqueue(call, call, call, call,
                      Script.openai(text="The settings file does not exist; nothing sets it."))
-    printed = run_doc(DOC, upstream, monkeypatch)
+    point_openai_at(monkeypatch, upstream)
+    printed = run_doc_example("tools")
     assert printed == "The settings file does not exist; nothing sets it.\n"
     error = f"FileNotFoundError: [Errno 2] No such file or directory: '{MISSING}'"
     assert tool_messages(upstream) == [error, f"{guidance(2, error)}\n\n{error}",
