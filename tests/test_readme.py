@@ -1,4 +1,4 @@
-"""The README stays true: its examples run, its configuration table is the code's."""
+"""The README stays true: its examples run, its generated parts match their sources."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ import sys
 
 import pytest
 
-from loopbreak._config import _describe, iter_keys
 from support import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+# The integrations section is made of docs/integrations/*.md; each file's example runs in the
+# test of its integration, against the scripted upstream.
+OWN = README.split("<!-- integrations:start -->")[0] + README.split("<!-- integrations:end -->")[1]
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", OWN, flags=re.S)
 
 
 @pytest.mark.parametrize("index", range(len(_blocks("python"))))
@@ -38,18 +40,14 @@ def test_scan_example_prints_what_the_readme_shows() -> None:
     assert proc.stdout.splitlines() == shown
 
 
-def test_configuration_table_is_the_code() -> None:
-    rows = {}
-    for line in README.splitlines():
-        match = re.match(r"\| `([a-z_]+\.[a-z_]+)` \| `([^`]*)` \| (.*?) \| (.*) \|$", line)
-        if match:
-            rows[match.group(1)] = match.groups()[1:]
-    keys = list(iter_keys())
-    assert list(rows) == [key for key, _ in keys]
-    for key, field in keys:
-        default, allowed, why = rows[key]
-        value = field.default
-        expected = ("true" if value else "false") if isinstance(value, bool) else \
-            f'"{value}"' if isinstance(value, str) else \
-            f"{value:g}" if isinstance(value, float) else str(value)
-        assert (default, allowed, why) == (expected, _describe(field), field.metadata["doc"]), key
+def test_generated_parts_match_their_sources() -> None:
+    """The configuration table is the code's keys, defaults and reasons; the integrations
+    section is docs/integrations/*.md. ``python scripts/sync_readme.py`` rewrites both."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sync_readme.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, "README.md is stale: run python scripts/sync_readme.py"
+
+
+def test_every_integration_doc_is_in_the_readme() -> None:
+    for doc in sorted((REPO / "docs" / "integrations").glob("*.md")):
+        assert doc.read_text(encoding="utf-8").rstrip() in README, doc.name
