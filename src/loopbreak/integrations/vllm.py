@@ -1,0 +1,244 @@
+"""End a looping request inside vLLM: :class:`LoopbreakLogitsProcessor`.
+
+A vLLM V1 logits processor (the ``vllm.v1.sample.logits_processor.LogitsProcessor``
+interface). Load it when the engine starts::
+
+    VLLM_USE_V2_MODEL_RUNNER=0 vllm serve MODEL \\
+        --logits-processors loopbreak.integrations.vllm:LoopbreakLogitsProcessor
+
+and opt a request in with the custom argument ``loopbreak`` (the REST API's
+``vllm_xargs``, offline ``SamplingParams.extra_args``)::
+
+    extra_body={"vllm_xargs": {"loopbreak": "auto"}}
+
+Values: ``"auto"`` or ``1`` (reasoning while the request is inside a
+``<think>`` block, text otherwise), ``"reasoning"`` or ``"text"`` (the channel the
+output starts on), ``0`` or ``"off"`` (not opted in).
+
+What it does per opted-in request, in the engine process where the tokens are
+made: it decodes the request's new output ids incrementally (the same decoder
+and judge as ``loopbreak.integrations.transformers``), feeds reasoning and answer
+to the engine's rules (``<think>``/``</think>`` tokens switch between them), and
+once a rule trips it forces end-of-sequence on that request's next token: every
+logit ``-inf`` but the end-of-sequence token's. The request then finishes as a
+normal ``stop``; the trip is logged (logger ``loopbreak.vllm``) and kept in
+:attr:`LoopbreakLogitsProcessor.trips`. Requests that did not opt in cost nothing:
+they have no state and ``apply`` never looks at their rows.
+
+The engine configuration comes from :func:`loopbreak.load_config` (``LOOPBREAK_*``
+variables, ``LOOPBREAK_CONFIG``) in the process that builds the processor.
+
+Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``, the default in recent vLLM)
+has a different processor interface that this class does not implement; set the
+variable to 0. V1 processors do not run under speculative decoding (vLLM's rule).
+
+The module imports without vLLM; :class:`LoopbreakLogitsProcessor` then has no
+vLLM base class, which is enough for its unit tests (``tokenizer=`` stands in for
+the one vLLM would load). Needs the ``vllm`` extra to serve.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loopbreak._config import Config, load_config
+from loopbreak._engine.trip import Trip
+from loopbreak.integrations.transformers import (
+    StartChannel,
+    TokenJudge,
+    make_decode,
+    marker_ids,
+    start_channel,
+)
+
+XARG = "loopbreak"
+"""The custom argument (``vllm_xargs`` / ``extra_args`` key) a request opts in with."""
+
+_ON = {"1", "on", "true", "yes"}
+_OFF = {"", "0", "off", "false", "no"}
+_CHANNELS: tuple[StartChannel, ...] = ("auto", "reasoning", "text")
+_PROMPT_TAIL = 16  # prompt ids kept: decoding context, and where "auto" looks for <think>
+
+logger = logging.getLogger("loopbreak.vllm")
+
+
+def requested_channel(params: Any) -> StartChannel | None:
+    """The channel a request opted in with (``None``: not opted in).
+
+    Raises ``ValueError`` naming the allowed values for anything else, and for a
+    request that also sets ``ignore_eos`` (an end-of-sequence it would ignore
+    cannot end it).
+    """
+    extra = getattr(params, "extra_args", None)
+    if not isinstance(extra, Mapping) or extra.get(XARG) is None:
+        return None
+    value = extra[XARG]
+    channel: StartChannel | None
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
+        channel = "auto" if value else None
+    elif isinstance(value, str) and value.strip().lower() in _CHANNELS:
+        channel = next(c for c in _CHANNELS if c == value.strip().lower())
+    elif isinstance(value, str) and value.strip().lower() in _ON | _OFF:
+        channel = "auto" if value.strip().lower() in _ON else None
+    else:
+        raise ValueError(
+            f"{XARG} must be 1, 'auto', 'reasoning', 'text', or 0 / 'off' (not {value!r})")
+    if channel is not None and getattr(params, "ignore_eos", False):
+        raise ValueError(
+            f"{XARG} ends a looping request with end-of-sequence, which ignore_eos=True "
+            "ignores: drop one of them")
+    return channel
+
+
+def _logits_processor_base() -> type:
+    """vLLM's V1 ``LogitsProcessor`` where vLLM is installed."""
+    try:
+        module = importlib.import_module("vllm.v1.sample.logits_processor")
+    except ImportError:
+        return object
+    return getattr(module, "LogitsProcessor", object)
+
+
+if TYPE_CHECKING:
+    _Base = object
+else:
+    _Base = _logits_processor_base()
+
+
+def load_tokenizer(vllm_config: Any) -> Any:
+    """The tokenizer vLLM uses for this model (its own cached loader, where the
+    installed version has one)."""
+    model_config = vllm_config.model_config
+    if getattr(model_config, "skip_tokenizer_init", False):
+        raise ValueError(
+            "LoopbreakLogitsProcessor reads the generated text, which needs the tokenizer: "
+            "serve without --skip-tokenizer-init")
+    for module_name in ("vllm.tokenizers", "vllm.transformers_utils.tokenizer"):
+        try:
+            loader = importlib.import_module(module_name).cached_tokenizer_from_config
+        except (ImportError, AttributeError):
+            continue
+        tokenizer = loader(model_config)
+        if tokenizer is not None:
+            return tokenizer
+    transformers = importlib.import_module("transformers")
+    return transformers.AutoTokenizer.from_pretrained(
+        model_config.tokenizer, revision=getattr(model_config, "tokenizer_revision", None),
+        trust_remote_code=getattr(model_config, "trust_remote_code", False))
+
+
+@dataclass
+class RequestState:
+    """One opted-in request: its live output ids, how many were judged, its judge."""
+
+    output: list[int]
+    judge: TokenJudge
+    fed: int = 0
+
+    def catch_up(self) -> Trip | None:
+        """Judge the output ids that arrived since the last step.
+
+        Under async scheduling the newest id can be a ``-1`` placeholder until
+        vLLM repairs it just before sampling; judging stops at the first one. vLLM
+        may drop ids it had placed (after a failed KV load); judging then goes on
+        from the shorter list.
+        """
+        self.fed = min(self.fed, len(self.output))
+        new = self.output[self.fed:]
+        for n, token_id in enumerate(new):
+            if token_id < 0:
+                new = new[:n]
+                break
+        self.fed += len(new)
+        return self.judge.feed(new) if new else None
+
+
+class LoopbreakLogitsProcessor(_Base):
+    """vLLM V1 logits processor: force end-of-sequence on opted-in requests that loop.
+
+    vLLM constructs it as ``(vllm_config, device, is_pin_memory)``. ``tokenizer``
+    and ``config`` are for use outside vLLM's loader (tests, embedding): by
+    default the tokenizer is vLLM's for the served model and the configuration is
+    :func:`loopbreak.load_config`'s.
+    """
+
+    def __init__(self, vllm_config: Any = None, device: Any = None,
+                 is_pin_memory: bool = False, *, tokenizer: Any = None,
+                 config: Config | None = None) -> None:
+        self.config = config if config is not None else load_config().config
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(vllm_config)
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if not isinstance(eos, int):
+            raise ValueError("LoopbreakLogitsProcessor needs a tokenizer with an eos_token_id")
+        self.eos_token_id: int = eos
+        self._decode = make_decode(self.tokenizer)
+        self._markers = marker_ids(self.tokenizer)
+        self.requests: dict[int, RequestState] = {}
+        self.trips: deque[Trip] = deque(maxlen=256)
+        """The latest trips (bounded), oldest first."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: Any) -> None:
+        """Reject a request whose ``loopbreak`` argument is not one we accept."""
+        requested_channel(sampling_params)
+
+    def is_argmax_invariant(self) -> bool:
+        """It changes the argmax (to end-of-sequence), so greedy requests need it too."""
+        return False
+
+    def update_state(self, batch_update: Any) -> None:
+        """Follow the persistent batch: removed, then added, then moved requests."""
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.requests.pop(index, None)
+        for added in batch_update.added:
+            index, params, output = added[0], added[1], added[-1]
+            prompt = added[2] if len(added) >= 4 else None
+            channel = requested_channel(params)
+            if channel is None:
+                self.requests.pop(index, None)
+                continue
+            context = list(prompt[-_PROMPT_TAIL:]) if prompt else []
+            self.requests[index] = RequestState(output, TokenJudge(
+                self._decode, self.config, context=context, markers=self._markers,
+                channel=start_channel(channel, context, self._markers)))
+        for a, b, direction in batch_update.moved:
+            moved_a = self.requests.pop(a, None)
+            moved_b = self.requests.pop(b, None)
+            if moved_a is not None:
+                self.requests[b] = moved_a
+            if moved_b is not None and getattr(direction, "name", "") == "SWAP":
+                self.requests[a] = moved_b
+
+    def apply(self, logits: Any) -> Any:
+        """Judge each opted-in request's new ids; force end-of-sequence where one tripped."""
+        if not self.requests:
+            return logits
+        rows: list[int] = []
+        for index, state in self.requests.items():
+            if state.judge.trip is None:
+                trip = state.catch_up()
+                if trip is not None:
+                    self.trips.append(trip)
+                    logger.warning(
+                        "loopbreak: %s loop on %s after %d chars (%d tokens); ending the "
+                        "request at batch index %d", trip.rule, trip.channel, trip.offset,
+                        state.judge.trip_token or 0, index)
+            if state.judge.trip is not None and index < logits.shape[0]:
+                rows.append(index)
+        if rows:
+            force_token(logits, rows, self.eos_token_id)
+        return logits
+
+
+def force_token(logits: Any, rows: Sequence[int], token_id: int) -> None:
+    """Make ``token_id`` the only choice of each of ``rows`` (in place)."""
+    index = list(rows)
+    logits[index] = float("-inf")
+    logits[index, token_id] = 0.0

@@ -1,0 +1,434 @@
+"""``loopbreak.integrations.vllm`` without vLLM: the opt-in, the per-request state machine
+over vLLM's ``BatchUpdate`` shapes, incremental judging, and end-of-sequence forcing on plain
+tensors. The engine itself needs a GPU: ``scripts/gpu-check-vllm.sh`` is that check.
+
+``BatchUpdate``, ``SamplingParams`` and ``MoveDirectionality`` are stood in for by plain
+objects with the fields vLLM's V1 interface defines
+(``vllm/v1/sample/logits_processor/interface.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import importlib
+import importlib.util
+import logging
+import re
+import subprocess
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+
+import loopbreak
+from loopbreak.integrations import vllm as lb_vllm
+from loopbreak.integrations.vllm import (
+    XARG,
+    LoopbreakLogitsProcessor,
+    RequestState,
+    force_token,
+    load_tokenizer,
+    requested_channel,
+)
+from support import REPO, doc_blocks
+
+LOOP = "A world where the sea is a place, a place where the sea is a place,\n" * 12
+THINKING_LOOP = "OK. Writing. Let me write. Go.\n" * 40
+VOCAB = 260
+
+
+class ByteTokenizer:
+    """Ids 0-255 are UTF-8 bytes; 256 is end-of-sequence, 257/258 open and close thinking."""
+
+    eos_token_id = 256
+    unk_token_id = None
+    special: ClassVar[dict[int, str]] = {256: "</s>", 257: "<think>", 258: "</think>",
+                                         259: "<pad>"}
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        out, run = [], bytearray()
+        for i in ids:
+            if i < 256:
+                run.append(i)
+                continue
+            out.append(run.decode("utf-8", errors="replace"))
+            run = bytearray()
+            if not skip_special_tokens:
+                out.append(self.special[i])
+        out.append(run.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return {v: k for k, v in self.special.items()}.get(token)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.special.get(token_id, chr(token_id))
+
+
+BYTES = ByteTokenizer()
+
+
+class MoveDirectionality(enum.Enum):
+    """vLLM's enum, by name (the processor reads ``.name``)."""
+
+    UNIDIRECTIONAL = enum.auto()
+    SWAP = enum.auto()
+
+
+@dataclass(frozen=True)
+class BatchUpdate:
+    batch_size: int
+    removed: list[int] = field(default_factory=list)
+    added: list[tuple[Any, ...]] = field(default_factory=list)
+    moved: list[tuple[int, int, MoveDirectionality]] = field(default_factory=list)
+
+
+def params(value: Any = None, *, ignore_eos: bool = False) -> SimpleNamespace:
+    extra = None if value is None else {XARG: value}
+    return SimpleNamespace(extra_args=extra, ignore_eos=ignore_eos)
+
+
+def processor() -> LoopbreakLogitsProcessor:
+    return LoopbreakLogitsProcessor(None, "cpu", False, tokenizer=BYTES,
+                                    config=loopbreak.Config())
+
+
+class PlainLogits:
+    """The little of a ``torch`` logits tensor the processor touches: ``shape``, setting
+    whole rows (``t[rows] = v``) and cells (``t[rows, col] = v``), and an argmax."""
+
+    def __init__(self, rows: int, vocab: int) -> None:
+        self.data = [[0.0] * vocab for _ in range(rows)]
+        self.shape = (rows, vocab)
+
+    def __setitem__(self, key: Any, value: float) -> None:
+        if isinstance(key, tuple):
+            rows, col = key
+            for row in rows:
+                self.data[row][col] = value
+        else:
+            for row in key:
+                self.data[row] = [value] * self.shape[1]
+
+    def argmax(self) -> list[int]:
+        return [max(range(len(row)), key=row.__getitem__) for row in self.data]
+
+
+class TorchLogits:
+    """A real ``torch`` tensor behind the same small surface."""
+
+    def __init__(self, rows: int, vocab: int) -> None:
+        import torch
+
+        self.tensor = torch.zeros(rows, vocab)
+
+    def __setitem__(self, key: Any, value: float) -> None:
+        self.tensor[key] = value
+
+    def argmax(self) -> list[int]:
+        return list(self.tensor.argmax(dim=-1).tolist())
+
+
+class Engine:
+    """Persistent-batch bookkeeping as vLLM does it, with a scripted model: each request
+    emits its script one token a step; a step is update_state, apply, argmax."""
+
+    def __init__(self, proc: LoopbreakLogitsProcessor, backend: str = "plain") -> None:
+        self.proc = proc
+        self.backend = backend
+        self.outputs: list[list[int]] = []
+        self.scripts: list[list[int]] = []
+        self.finished: list[bool] = []
+        self.pending: BatchUpdate | None = None
+
+    def add(self, script: list[int], sampling: Any, prompt: list[int] | None = None) -> int:
+        index = len(self.outputs)
+        output: list[int] = []
+        self.outputs.append(output)
+        self.scripts.append(script)
+        self.finished.append(False)
+        added = (index, sampling, prompt or BYTES.encode("user: hi\nassistant:"), output)
+        update = self.pending or BatchUpdate(batch_size=0)
+        self.pending = BatchUpdate(len(self.outputs), update.removed, [*update.added, added],
+                                   update.moved)
+        return index
+
+    def step(self) -> None:
+        self.proc.update_state(self.pending)
+        self.pending = None
+        if self.backend == "torch":
+            logits: Any = TorchLogits(len(self.outputs), VOCAB)
+            target = logits.tensor
+        else:
+            logits = target = PlainLogits(len(self.outputs), VOCAB)
+        for row, (script, output) in enumerate(zip(self.scripts, self.outputs)):
+            wanted = script[len(output)] if len(output) < len(script) else 256
+            logits[[row], wanted] = 10.0
+        assert self.proc.apply(target) is target
+        for row, token in enumerate(logits.argmax()):
+            if not self.finished[row]:
+                self.outputs[row].append(token)
+                self.finished[row] = token == 256
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            if all(self.finished):
+                return
+            self.step()
+
+
+def _need_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (pip install 'loopbreak[test-integrations]')")
+
+
+# -- opt-in -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "channel"), [
+    (None, None), (0, None), (False, None), ("off", None), ("0", None), ("", None),
+    (1, "auto"), (True, "auto"), (1.0, "auto"), ("on", "auto"), ("true", "auto"),
+    ("auto", "auto"), ("reasoning", "reasoning"), ("TEXT", "text"),
+])
+def test_requested_channel_values(value: Any, channel: str | None) -> None:
+    assert requested_channel(params(value)) == channel
+
+
+@pytest.mark.parametrize("value", [2, "answer", ["text"], {"channel": "text"}])
+def test_validate_params_rejects_bad_values_naming_them(value: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"(not {value!r})")):
+        LoopbreakLogitsProcessor.validate_params(params(value))
+
+
+def test_validate_params_rejects_ignore_eos_with_opt_in() -> None:
+    with pytest.raises(ValueError, match="ignore_eos"):
+        LoopbreakLogitsProcessor.validate_params(params("auto", ignore_eos=True))
+    LoopbreakLogitsProcessor.validate_params(params(None, ignore_eos=True))
+    LoopbreakLogitsProcessor.validate_params(SimpleNamespace())
+
+
+def test_processor_changes_the_argmax() -> None:
+    assert processor().is_argmax_invariant() is False
+
+
+# -- the per-request state machine ------------------------------------------------------------
+
+
+def test_only_opted_in_requests_get_state() -> None:
+    proc = processor()
+    out0: list[int] = []
+    out1: list[int] = []
+    proc.update_state(BatchUpdate(2, added=[(0, params(), [1], out0), (1, params(1), [1], out1)]))
+    assert set(proc.requests) == {1}
+    assert proc.requests[1].output is out1
+
+
+def test_removed_moved_and_swapped_requests_are_followed() -> None:
+    proc = processor()
+    outs = [[], [], []]
+    proc.update_state(BatchUpdate(3, added=[(i, params("text"), None, outs[i]) for i in range(3)]))
+    states = {i: proc.requests[i] for i in range(3)}
+    proc.update_state(BatchUpdate(2, removed=[1],
+                                  moved=[(2, 1, MoveDirectionality.UNIDIRECTIONAL)]))
+    assert proc.requests == {0: states[0], 1: states[2]}
+    proc.update_state(BatchUpdate(2, moved=[(0, 1, MoveDirectionality.SWAP)]))
+    assert proc.requests == {0: states[2], 1: states[0]}
+    # a request that did not opt in, added at an index in use, replaces its state
+    proc.update_state(BatchUpdate(2, added=[(0, params(), None, [])]))
+    assert proc.requests == {1: states[0]}
+    proc.update_state(None)
+    assert proc.requests == {1: states[0]}
+
+
+def test_three_tuple_added_requests_of_older_vllm() -> None:
+    proc = processor()
+    out: list[int] = []
+    proc.update_state(BatchUpdate(1, added=[(0, params("auto"), out)]))
+    assert proc.requests[0].output is out
+
+
+def test_async_placeholders_are_judged_once_repaired() -> None:
+    state = RequestState([], _judge())
+    state.output.extend(BYTES.encode("ab"))
+    state.output.append(-1)
+    assert state.catch_up() is None and state.fed == 2
+    state.output[-1] = ord("c")
+    state.catch_up()
+    assert state.fed == 3 and state.judge.guard.consumed("text") == 3
+    del state.output[1:]                   # ids dropped after a failed KV load
+    assert state.catch_up() is None and state.fed == 1
+    state.output.extend(BYTES.encode("xy"))
+    state.catch_up()
+    assert state.fed == 3 and state.judge.guard.consumed("text") == 5
+
+
+def _judge() -> Any:
+    from loopbreak.integrations.transformers import TokenJudge, make_decode
+
+    return TokenJudge(make_decode(BYTES))
+
+
+# -- forcing end-of-sequence ------------------------------------------------------------------
+
+
+def test_force_token_on_plain_tensors() -> None:
+    _need_torch()
+    import torch
+
+    logits = torch.randn(3, VOCAB)
+    before = logits.clone()
+    force_token(logits, [0, 2], 256)
+    for row in (0, 2):
+        assert logits[row].argmax().item() == 256
+        assert logits[row, 256].item() == 0.0
+        assert torch.isinf(logits[row]).sum().item() == VOCAB - 1
+    assert torch.equal(logits[1], before[1])
+
+
+@pytest.mark.parametrize("backend", ["plain", "torch"])
+def test_a_looping_request_ends_and_the_others_run_unchanged(
+        backend: str, caplog: pytest.LogCaptureFixture) -> None:
+    if backend == "torch":
+        _need_torch()
+    loop = BYTES.encode(LOOP * 2)
+    clean = BYTES.encode("The capital of France is Paris.")
+    proc = processor()
+    engine = Engine(proc, backend)
+    looping = engine.add(loop, params("text"))
+    other = engine.add(clean, params("text"))
+    not_mine = engine.add(loop, params())
+    with caplog.at_level(logging.WARNING, logger="loopbreak.vllm"):
+        engine.run(len(loop) + 5)
+    state = proc.requests[looping]
+    trip = state.judge.trip
+    assert trip is not None and trip.rule == "cycle"
+    kept = state.judge.trip_token
+    assert kept is not None and kept < len(loop)
+    # the tokens up to the trip are the model's; the next one is end-of-sequence
+    assert engine.outputs[looping] == [*loop[:kept], 256]
+    assert engine.outputs[other] == [*clean, 256]
+    assert proc.requests[other].judge.trip is None
+    # not opted in: no state, the loop runs to the end of its script untouched
+    assert not_mine not in proc.requests
+    assert engine.outputs[not_mine] == [*loop, 256]
+    assert list(proc.trips) == [trip]
+    assert "cycle loop on text" in caplog.text and "batch index 0" in caplog.text
+
+
+def test_apply_leaves_logits_alone_without_opted_in_requests() -> None:
+    proc = processor()
+    proc.update_state(BatchUpdate(1, added=[(0, params(), None, BYTES.encode(LOOP * 2))]))
+    logits = PlainLogits(1, VOCAB)
+    logits[[0], 7] = 1.5
+    before = [row[:] for row in logits.data]
+    assert proc.apply(logits) is logits and logits.data == before
+
+
+def test_reasoning_and_answer_are_judged_apart() -> None:
+    proc = processor()
+    engine = Engine(proc)
+    prompt_open = [*BYTES.encode("assistant\n"), 257, 10]
+    thinking = engine.add(BYTES.encode(THINKING_LOOP), params("auto"), prompt_open)
+    script = [257, *BYTES.encode("Short thought."), 258, *BYTES.encode(LOOP * 2)]
+    answer = engine.add(script, params("auto"))
+    engine.run(len(script) + 5)
+    first, second = proc.requests[thinking].judge.trip, proc.requests[answer].judge.trip
+    assert first is not None and first.channel == "reasoning"
+    assert second is not None and second.channel == "text"
+    assert proc.requests[answer].judge.guard.consumed("reasoning") == len("Short thought.")
+    assert engine.outputs[thinking][-1] == 256 and engine.outputs[answer][-1] == 256
+
+
+def test_a_resumed_request_is_judged_from_its_whole_output() -> None:
+    proc = processor()
+    engine = Engine(proc)
+    loop = BYTES.encode(LOOP * 2)
+    index = engine.add(loop, params("text"))
+    engine.run(100)
+    output = engine.outputs[index]
+    # preempted, then re-added (vLLM hands the same running output list back)
+    proc.update_state(BatchUpdate(0, removed=[index]))
+    proc.update_state(BatchUpdate(1, added=[(index, params("text"), None, output)]))
+    engine.run(len(loop))
+    trip = proc.requests[index].judge.trip
+    assert trip is not None and trip.at == loopbreak.scan(LOOP * 2, channel="text").at
+
+
+# -- construction and the real vLLM -----------------------------------------------------------
+
+
+def test_construction_needs_a_tokenizer_with_eos() -> None:
+    no_eos = SimpleNamespace(eos_token_id=None)
+    with pytest.raises(ValueError, match="eos_token_id"):
+        LoopbreakLogitsProcessor(None, "cpu", False, tokenizer=no_eos)
+
+
+def test_load_tokenizer_refuses_skip_tokenizer_init() -> None:
+    config = SimpleNamespace(model_config=SimpleNamespace(skip_tokenizer_init=True))
+    with pytest.raises(ValueError, match="skip-tokenizer-init"):
+        load_tokenizer(config)
+
+
+def test_config_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPBREAK_CYCLE__MIN_SPAN_TEXT", "512")
+    proc = LoopbreakLogitsProcessor(None, "cpu", False, tokenizer=BYTES)
+    assert proc.config.cycle.min_span_text == 512
+
+
+def test_subclasses_the_real_interface_where_vllm_is_installed() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        assert LoopbreakLogitsProcessor.__mro__[1] is object
+        pytest.skip("vLLM is not installed: the class has no vLLM base here")
+    base = importlib.import_module("vllm.v1.sample.logits_processor").LogitsProcessor
+    assert issubclass(LoopbreakLogitsProcessor, base)
+    assert not getattr(LoopbreakLogitsProcessor, "__abstractmethods__", None)
+
+
+# -- the docs and the GPU script --------------------------------------------------------------
+
+SCRIPT = REPO / "scripts" / "gpu-check-vllm.sh"
+FQCN = "loopbreak.integrations.vllm:LoopbreakLogitsProcessor"
+
+
+def _resolve(fqcn: str) -> Any:
+    module, _, name = fqcn.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_docs_python_examples_compile_and_name_real_things() -> None:
+    blocks = doc_blocks("vllm")
+    assert blocks
+    for block in blocks:
+        compile(block, "docs/integrations/vllm.md", "exec")
+    joined = "\n".join(blocks)
+    assert f'"{XARG}"' in joined and "vllm_xargs" in joined
+    for tree in map(ast.parse, blocks):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "loopbreak.integrations.vllm":
+                for alias in node.names:
+                    assert hasattr(lb_vllm, alias.name), alias.name
+
+
+def test_docs_commands_name_the_real_class_and_flag() -> None:
+    shell = "\n".join(doc_blocks("vllm", "bash"))
+    assert f"--logits-processors {FQCN}" in shell
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in shell
+    doc = (REPO / "docs" / "integrations" / "vllm.md").read_text(encoding="utf-8")
+    for fqcn in re.findall(r"loopbreak\.[\w.]+:\w+", doc):
+        assert _resolve(fqcn) is LoopbreakLogitsProcessor
+
+
+def test_gpu_script_parses_and_says_it_has_not_run() -> None:
+    text = SCRIPT.read_text(encoding="utf-8")
+    assert "not run yet: no GPU was available to this task" in "\n".join(text.splitlines()[:12])
+    assert FQCN in text and _resolve(FQCN) is LoopbreakLogitsProcessor
+    proc = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for body in re.findall(r"<<'PY'\n(.*?)\nPY\n", text, flags=re.S):
+        compile(body, "gpu-check-vllm.sh", "exec")
