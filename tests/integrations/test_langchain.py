@@ -193,6 +193,8 @@ def test_a_clean_stream_is_unchanged(upstream: ScriptedUpstream) -> None:
                      [r.body for r in upstream.wait_for_requests(2)]))
     (plain, plain_bodies), (guarded, guarded_bodies) = runs
     assert guarded == plain and guarded_bodies == plain_bodies
+    # The upstream settles an exchange's outcome just after its last byte: wait for it.
+    assert all(r.wait(2) for r in upstream.requests)
     assert [r.outcome for r in upstream.requests] == ["completed", "completed"]
 
 
