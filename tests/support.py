@@ -6,7 +6,7 @@ import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from loopbreak import Detector, Trip
 from loopbreak._corpus import corpus_dir
@@ -170,3 +170,40 @@ def point_openai_at(monkeypatch: Any, upstream: Any) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", upstream.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+
+
+class ByteTokenizer:
+    """A tokenizer for the token-level integrations' unit tests: ids 0-255 are UTF-8 bytes
+    (so characters span tokens); 256 is end-of-sequence, 257 and 258 open and close a
+    thinking block, 259 is another special token."""
+
+    eos_token_id = 256
+    unk_token_id = None
+    special: ClassVar[dict[int, str]] = {256: "</s>", 257: "<think>", 258: "</think>",
+                                         259: "<pad>"}
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        out, run = [], bytearray()
+        for i in ids:
+            if i < 256:
+                run.append(i)
+                continue
+            out.append(run.decode("utf-8", errors="replace"))
+            run = bytearray()
+            if not skip_special_tokens:
+                out.append(self.special[i])
+        out.append(run.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+    def convert_tokens_to_ids(self, token: str) -> int | None:
+        return {v: k for k, v in self.special.items()}.get(token)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.special.get(token_id, chr(token_id))
+
+
+BYTES = ByteTokenizer()

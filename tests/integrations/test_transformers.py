@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -31,47 +31,13 @@ from loopbreak.integrations.transformers import (
     marker_ids,
     start_channel,
 )
-from support import REPO, doc_blocks
+from support import BYTES, REPO, doc_blocks
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOOP = "A world where the sea is a place, a place where the sea is a place,\n" * 12
 MIXED = "Grüße, 你好 🌊 world — ok. Ünïcödé ✓ 日本語のテキスト。\n" * 4
 
 
-class ByteTokenizer:
-    """Ids 0-255 are UTF-8 bytes (so characters span tokens); 256 is end-of-sequence,
-    257 and 258 open and close a thinking block, 259 is another special token."""
-
-    eos_token_id = 256
-    unk_token_id = None
-    special: ClassVar[dict[int, str]] = {256: "</s>", 257: "<think>", 258: "</think>",
-                                         259: "<pad>"}
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False,
-               clean_up_tokenization_spaces: bool = False) -> str:
-        out, run = [], bytearray()
-        for i in ids:
-            if i < 256:
-                run.append(i)
-                continue
-            out.append(run.decode("utf-8", errors="replace"))
-            run = bytearray()
-            if not skip_special_tokens:
-                out.append(self.special[i])
-        out.append(run.decode("utf-8", errors="replace"))
-        return "".join(out)
-
-    def convert_tokens_to_ids(self, token: str) -> int | None:
-        return {v: k for k, v in self.special.items()}.get(token)
-
-    def convert_ids_to_tokens(self, token_id: int) -> str:
-        return self.special.get(token_id, chr(token_id))
-
-
-BYTES = ByteTokenizer()
 
 
 def _smollm2_dir() -> Path | None:
