@@ -16,12 +16,17 @@ where installed):
   :class:`~loopbreak.proxy.server.ProxyServer`: it starts uvicorn with
   ``asyncio.run``, which ignores its ``loop`` argument and always runs the standard
   asyncio loop (~35 % more proxy CPU per chunk, measured);
+* the **bare relay** (unless ``relay`` is off): that server again, with
+  :class:`RelayOnly` in front of the app;
 * the **load client**: this process, aiohttp with one connection per stream,
   starting ``streams`` requests spread evenly over ``ramp_seconds`` so that every
   stream is open at once for most of the run.
 
-The same load runs twice: straight at the upstream (the baseline) and through
-the proxy. A chunk's latency is the client's receive time (``clock``, by default
+The same load runs straight at the upstream (the baseline), through a **bare
+relay** (the peer: the same server, process and event loop as the proxy, with every
+request passed through unjudged, the way the proxy passes paths it does not guard;
+what any Python relay on this stack costs here), and through the proxy. A
+chunk's latency is the client's receive time (``clock``, by default
 ``time.time_ns``: the same clock the upstream stamps with, CLOCK_REALTIME, shared
 by every process) minus its stamp. The proxy's **added latency** at a quantile is
 the through-proxy latency at that quantile minus the direct latency at it (p50,
@@ -64,6 +69,7 @@ from loopbreak._bench import Clock, Machine, OnProgress, load_average, machine_i
 from loopbreak._errors import InputError
 
 if TYPE_CHECKING:
+    from loopbreak.proxy.app import ProxyApp, Receive, Scope, Send
     from loopbreak.testing import Script
 
 TARGET_STREAMS = 1_000
@@ -121,6 +127,8 @@ class ProxyBenchSettings:
     proxy_loop: str = "auto"
     """The proxy's event loop, as uvicorn's ``--loop`` (``auto``: uvloop when installed,
     which is what ``loopbreak proxy`` runs on)."""
+    relay: bool = True
+    """Also run the load through a bare relay (the peer the proxy is compared with)."""
 
     def __post_init__(self) -> None:
         for name in ("streams", "chunks", "piece_chars"):
@@ -861,10 +869,19 @@ class ProxyBenchReport:
     event_loop: str
     direct: Phase
     proxied: Phase
+    relay: Phase | None = None
+    """The same load through the bare relay, when it ran."""
 
     @property
     def added(self) -> Added:
         return added_latency(self.direct.latency, self.proxied.latency)
+
+    @property
+    def relay_added(self) -> Added | None:
+        """What the bare relay adds over direct (the floor under the proxy's figure)."""
+        if self.relay is None:
+            return None
+        return added_latency(self.direct.latency, self.relay.latency)
 
     @property
     def streams_held(self) -> int:
@@ -884,8 +901,9 @@ class ProxyBenchReport:
 def run_proxy_bench(settings: ProxyBenchSettings, *, quick: bool = False,
                     clock: Clock = time.time_ns,
                     on_progress: OnProgress | None = None) -> ProxyBenchReport:
-    """Start the upstream and the proxy in processes of their own, then run the load
-    straight at the upstream and through the proxy."""
+    """Start the upstream, the proxy and the bare relay in processes of their own,
+    then run the load straight at the upstream, through the relay and through the
+    proxy."""
     load_before = load_average()
 
     def report(what: str, done: float) -> None:
@@ -895,21 +913,34 @@ def run_proxy_bench(settings: ProxyBenchSettings, *, quick: bool = False,
     report("starting the upstream and the proxy", 0.0)
     upstream_args = ["--chunks", str(settings.chunks), "--chunks-per-s",
                      repr(settings.chunks_per_s), "--piece-chars", str(settings.piece_chars)]
-    with Child("upstream", upstream_args) as upstream, \
-            Child("proxy", [upstream.url, "--loop", settings.proxy_loop]) as proxy:
-        pids = {"upstream": upstream.pid, "proxy": proxy.pid}
-        direct = run_phase(Target("direct", upstream.url, pids), settings, clock=clock,
-                           on_progress=lambda done: report(
-                               f"{settings.streams:,} streams straight to the upstream",
-                               done / 2))
-        proxied = run_phase(Target("proxy", proxy.url, pids, proxy.pid), settings, clock=clock,
-                            on_progress=lambda done: report(
-                                f"{settings.streams:,} streams through the proxy",
-                                0.5 + done / 2))
-        _check_alive(upstream, proxy)
+    phases = 3 if settings.relay else 2
+    n = f"{settings.streams:,} streams"
+
+    def progress(what: str, index: int) -> Callable[[float], None]:
+        return lambda done: report(what, (index + done) / phases)
+
+    relay = None
+    with Child("upstream", upstream_args) as upstream:
+        direct = run_phase(Target("direct", upstream.url, {"upstream": upstream.pid}),
+                           settings, clock=clock,
+                           on_progress=progress(f"{n} straight to the upstream", 0))
+        if settings.relay:
+            with Child("proxy", [upstream.url, "--loop", settings.proxy_loop,
+                                 "--relay-only"]) as bare:
+                pids = {"upstream": upstream.pid, "proxy": bare.pid}
+                relay = run_phase(Target("relay", bare.url, pids, bare.pid), settings,
+                                  clock=clock,
+                                  on_progress=progress(f"{n} through a bare relay", 1))
+                _check_alive(upstream, bare)
+        with Child("proxy", [upstream.url, "--loop", settings.proxy_loop]) as proxy:
+            pids = {"upstream": upstream.pid, "proxy": proxy.pid}
+            proxied = run_phase(Target("proxy", proxy.url, pids, proxy.pid), settings,
+                                clock=clock,
+                                on_progress=progress(f"{n} through the proxy", phases - 1))
+            _check_alive(upstream, proxy)
     report("done", 1.0)
     return ProxyBenchReport(settings, quick, machine_info(load_before), event_loop_name(),
-                            direct, proxied)
+                            direct, proxied, relay)
 
 
 def _check_alive(*children: Child) -> None:
@@ -971,7 +1002,8 @@ def memory_dict(memory: Memory) -> dict[str, Any]:
 
 
 REPORT_KEYS = ("loopbreak_version", "quick", "machine", "settings", "direct", "proxy",
-               "added_latency_ms", "streams_held", "memory", "chunks", "targets")
+               "added_latency_ms", "relay", "relay_added_latency_ms", "streams_held",
+               "memory", "chunks", "targets")
 """The top-level keys of :func:`proxy_report_dict`."""
 
 
@@ -984,6 +1016,7 @@ def proxy_report_dict(report: ProxyBenchReport) -> dict[str, Any]:
     t = report.targets
     added = report.added
     proxied = report.proxied
+    relay_added = report.relay_added
     return {
         "loopbreak_version": __version__,
         "quick": report.quick,
@@ -1002,6 +1035,8 @@ def proxy_report_dict(report: ProxyBenchReport) -> dict[str, Any]:
             "config": "defaults",
             "proxy_loop": s.proxy_loop,
             "processes": "upstream, proxy and load client: one process and event loop each",
+            "relay": "the proxy's server with every request passed through unjudged"
+                     if s.relay else None,
         },
         "direct": phase_dict(report.direct),
         "proxy": phase_dict(proxied),
@@ -1010,6 +1045,10 @@ def proxy_report_dict(report: ProxyBenchReport) -> dict[str, Any]:
         "added_latency_meaning": "through-proxy latency minus direct latency at the same "
                                  "quantile; latency = client receive time minus the "
                                  "upstream's send stamp",
+        "relay": phase_dict(report.relay) if report.relay is not None else None,
+        "relay_added_latency_ms": None if relay_added is None else {
+            "p50": _ms(relay_added.p50), "p99": _ms(relay_added.p99),
+            "max": _ms(relay_added.max)},
         "streams_held": report.streams_held,
         "memory": memory_dict(proxied.memory) if proxied.memory is not None else None,
         "chunks": {"expected": proxied.integrity.expected,
@@ -1082,15 +1121,33 @@ def _upstream_main(args: argparse.Namespace) -> None:
     _serve_forever(start, upstream.aclose)
 
 
+class RelayOnly:
+    """The bench's peer: a :class:`~loopbreak.proxy.app.ProxyApp` that passes every HTTP
+    request through unjudged, the way it passes the paths it does not guard (same
+    upstream client, same server), so that what the proxy adds over it is the guard."""
+
+    def __init__(self, app: ProxyApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.app.passthrough(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def _proxy_main(args: argparse.Namespace) -> None:
     """The proxy served the way ``loopbreak proxy`` serves it (uvicorn's own run, its event
-    loop chosen by ``--loop`` as uvicorn chooses), on an ephemeral port."""
+    loop chosen by ``--loop`` as uvicorn chooses), on an ephemeral port; with
+    ``--relay-only``, the bare relay."""
     import uvicorn
 
     from loopbreak._config import Config
     from loopbreak.proxy.app import ProxyApp
 
-    config = uvicorn.Config(ProxyApp(args.upstream, config=Config()), host="127.0.0.1", port=0,
+    proxy = ProxyApp(args.upstream, config=Config())
+    app: ProxyApp | RelayOnly = RelayOnly(proxy) if args.relay_only else proxy
+    config = uvicorn.Config(app, host="127.0.0.1", port=0,
                             loop=args.loop, log_level="warning", access_log=False,
                             lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
@@ -1124,6 +1181,8 @@ def child_main(argv: Sequence[str]) -> int:
     px = sub.add_parser("proxy")
     px.add_argument("upstream")
     px.add_argument("--loop", default="auto", choices=PROXY_LOOPS)
+    px.add_argument("--relay-only", action="store_true",
+                    help="pass every request through unjudged (the bench's peer)")
     args = parser.parse_args(argv)
     raise_open_files_limit()
     if args.role == "upstream":

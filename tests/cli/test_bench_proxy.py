@@ -200,6 +200,7 @@ def test_bad_proxy_options_are_one_line(capsys: pytest.CaptureFixture[str]) -> N
 def made_up_report() -> ProxyBenchReport:
     streams = [fake_stream([0, 1, 2], MS // 10, 0) for _ in range(4)]
     slower = [fake_stream([0, 1, 2], MS // 2, 0) for _ in range(4)]
+    middling = [fake_stream([0, 1, 2], MS // 5, 0) for _ in range(4)]
     cpu = {"client": CPU(0.1, 1.0), "upstream": CPU(0.1, 1.0), "proxy": CPU(0.2, 1.0),
            "machine": CPU(0.6, 1.0)}
     settings = replace(QUICK, streams=4, chunks=3)
@@ -208,7 +209,9 @@ def made_up_report() -> ProxyBenchReport:
     proxied = summarise("proxy", slower, 3, held_peak=4, wall_seconds=1.0, cpu=cpu,
                         steady=(0, 20), proxy_streams_peak=4,
                         memory=Memory(40 << 20, 41 << 20, 41 << 20, 4))
-    return ProxyBenchReport(settings, True, machine_info(), "asyncio", direct, proxied)
+    relay = summarise("relay", middling, 3, held_peak=4, wall_seconds=1.0, cpu=cpu,
+                      steady=(0, 20))
+    return ProxyBenchReport(settings, True, machine_info(), "asyncio", direct, proxied, relay)
 
 
 def test_report_dict_and_tables_of_a_made_up_report(
@@ -217,14 +220,36 @@ def test_report_dict_and_tables_of_a_made_up_report(
     data = proxy_report_dict(report)
     assert set(REPORT_KEYS) <= set(data)
     assert data["added_latency_ms"] == {"p50": 0.4, "p99": 0.4, "max": 0.4}
+    assert data["relay_added_latency_ms"] == {"p50": 0.1, "p99": 0.1, "max": 0.1}
+    assert data["relay"]["streams"] == 4
     assert data["streams_held"] == 4
     assert data["memory"]["per_stream_bytes"] == (1 << 20) // 4
     assert data["proxy"]["other_cores"] == pytest.approx(0.2)
     render_proxy(report)
     out = " ".join(capsys.readouterr().out.split())
-    for text in ("Latency per chunk", "added", "Streams and chunks", "CPU", "Proxy memory",
-                 "256.0 KiB per stream", "not run", "no chunk lost or reordered"):
+    for text in ("Latency per chunk", "added by the relay", "added by the proxy",
+                 "Streams and chunks", "CPU", "Proxy memory", "256.0 KiB per stream",
+                 "not run", "no chunk lost or reordered", "the bare relay alone: +0.100 ms"):
         assert text in out, text
+
+
+def test_without_the_relay_the_report_says_none(capsys: pytest.CaptureFixture[str]) -> None:
+    report = replace(made_up_report(), relay=None)
+    data = proxy_report_dict(report)
+    assert data["relay"] is None and data["relay_added_latency_ms"] is None
+    render_proxy(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "added by the proxy" in out and "added by the relay" not in out
+
+
+def test_no_peers_skips_the_relay() -> None:
+    from loopbreak.cli import build_parser
+    from loopbreak.cli.bench import proxy_settings_from
+
+    parser = build_parser()
+    assert proxy_settings_from(parser.parse_args(["bench", "--proxy"])).relay is True
+    assert proxy_settings_from(parser.parse_args(["bench", "--proxy", "--no-peers"])).relay \
+        is False
 
 
 # --- one quick run, end to end ------------------------------------------------------------
@@ -248,7 +273,7 @@ def quick_run() -> Iterator[dict[str, object]]:
 def test_quick_run_returns_the_documented_keys(quick_run: dict[str, object]) -> None:
     assert set(REPORT_KEYS) <= set(quick_run)
     assert quick_run["quick"] is True
-    for phase in ("direct", "proxy"):
+    for phase in ("direct", "relay", "proxy"):
         data = quick_run[phase]
         assert isinstance(data, dict)
         for key in ("streams", "completed", "held_peak", "chunks", "latency_ms",
@@ -266,7 +291,7 @@ def test_quick_run_loses_and_reorders_nothing(quick_run: dict[str, object]) -> N
     assert chunks["expected"] == QUICK.streams * QUICK.chunks
     assert chunks["received"] == chunks["expected"]
     assert (chunks["lost"], chunks["reordered"], chunks["duplicated"]) == (0, 0, 0)
-    for phase in ("direct", "proxy"):
+    for phase in ("direct", "relay", "proxy"):
         data = quick_run[phase]
         assert isinstance(data, dict)
         assert data["completed"] == QUICK.streams, data["errors"]

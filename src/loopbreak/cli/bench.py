@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "probe where it got to (default "
                              f"{DEFAULT.stream_seconds:g}; --quick {QUICK.stream_seconds:g})")
     parser.add_argument("--no-peers", action="store_true",
-                        help="measure loopbreak only")
+                        help="measure loopbreak only (with --proxy: skip the bare relay)")
     proxy = parser.add_argument_group(
         "proxy load (--proxy)",
         "many concurrent streams through `loopbreak proxy` against a scripted upstream")
@@ -128,7 +128,7 @@ def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
     from loopbreak._bench_proxy import ProxyBenchSettings
 
     base = PROXY_QUICK if args.quick else ProxyBenchSettings()
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"relay": not args.no_peers}
     for option, name in _PROXY_OPTIONS:
         value = getattr(args, option, None)
         if value is not None:
@@ -376,7 +376,9 @@ def render_proxy(report: ProxyBenchReport) -> None:
     console = Console()
     s = report.settings
     m = report.machine
-    direct, proxied = report.direct, report.proxied
+    direct, proxied, relay = report.direct, report.proxied, report.relay
+    phases = [("direct", direct)] + ([("relay", relay)] if relay is not None else []) \
+        + [("proxy", proxied)]
     console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
                   f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs, "
                   f"{report.event_loop}"
@@ -393,19 +395,26 @@ def render_proxy(report: ProxyBenchReport) -> None:
                 title_justify="left")
     for name in ("", "chunks", "p50", "p90", "p99", "p99.9", "max"):
         lat.add_column(name, justify="left" if not name else "right")
-    lat.add_row("direct", *_latency_cells(direct.latency))
-    lat.add_row("proxy", *_latency_cells(proxied.latency))
-    lat.add_row("[bold]added[/]", *_added_cells(direct.latency, proxied.latency))
-    lat.add_section()
-    lat.add_row("direct, all open", *_latency_cells(direct.steady))
-    lat.add_row("proxy, all open", *_latency_cells(proxied.steady))
-    lat.add_row("[bold]added, all open[/]", *_added_cells(direct.steady, proxied.steady))
+    for steady in (False, True):
+        suffix = ", all open" if steady else ""
+
+        def of(phase: Phase, steady: bool = steady) -> Latency:
+            return phase.steady if steady else phase.latency
+
+        for label, phase in phases:
+            lat.add_row(label + suffix, *_latency_cells(of(phase)))
+        if relay is not None:
+            lat.add_row(f"added by the relay{suffix}", *_added_cells(of(direct), of(relay)))
+        lat.add_row(f"[bold]added by the proxy{suffix}[/]",
+                    *_added_cells(of(direct), of(proxied)))
+        if not steady:
+            lat.add_section()
     console.print(lat)
 
     runs = Table(title="Streams and chunks", title_justify="left")
     for name in ("", "ended", "held", "gauge", "chunks", "lost", "reord", "dup", "chunks/s"):
         runs.add_column(name, justify="left" if not name else "right")
-    for label, phase in (("direct", direct), ("proxy", proxied)):
+    for label, phase in phases:
         i = phase.integrity
         gauge = phase.proxy_streams_peak
         runs.add_row(label, f"{phase.completed:,}/{phase.streams:,}",
@@ -417,7 +426,7 @@ def render_proxy(report: ProxyBenchReport) -> None:
     cpu = Table(title="CPU, cores busy during each run (µs per chunk)", title_justify="left")
     for name in ("", "client", "upstream", "proxy", "others", "machine"):
         cpu.add_column(name, justify="left" if not name else "right")
-    for label, phase in (("direct", direct), ("proxy", proxied)):
+    for label, phase in phases:
         other = phase.other_cores
         cpu.add_row(label, _cores(phase, "client"), _cores(phase, "upstream"),
                     _cores(phase, "proxy"), "—" if other is None else f"{other:.2f}",
@@ -439,22 +448,26 @@ def render_proxy(report: ProxyBenchReport) -> None:
         console.print(f"  [yellow]– not run[/]  {TARGET_STREAMS:,} concurrent streams: this "
                       f"run held {t.streams_held:,} of {s.streams:,}")
     console.print(f"  {_mark(t.latency_met)}  added p99 per chunk < "
-                  f"{TARGET_P99_ADDED_NS / 1e6:g} ms: {_signed_ms(t.p99_added_ns)} ms")
+                  f"{TARGET_P99_ADDED_NS / 1e6:g} ms: {_signed_ms(t.p99_added_ns)} ms"
+                  + ("" if report.relay_added is None else
+                     f" (the bare relay alone: {_signed_ms(report.relay_added.p99)} ms)"))
     console.print(f"  {_mark(t.intact)}  no chunk lost or reordered: {t.lost} lost, "
                   f"{t.reordered} reordered")
     notes = [
         "Latency: the client's receive time minus the send time the upstream wrote into the "
-        "chunk (one wall clock for every process); added = proxy minus direct, quantile by "
-        "quantile.",
-        f"All open: chunks received while every stream was open ({direct.steady_seconds:.1f} s "
-        f"direct, {proxied.steady_seconds:.1f} s proxy): no connection being set up or torn "
-        "down.",
+        "chunk (one wall clock for every process); added = proxy (or relay) minus direct, "
+        "quantile by quantile.",
+        "Relay: the proxy's own server passing every request through unjudged, the floor "
+        "under the proxy's figures on this machine (--no-peers skips it).",
+        "All open: chunks received while every stream was open ("
+        + ", ".join(f"{p.steady_seconds:.1f} s {label}" for label, p in phases)
+        + "): no connection being set up or torn down.",
         "Ended: streams that ended with [DONE], of those run; held: most open at once, "
         "counted by the client; gauge: the proxy's loopbreak_streams_active at its highest "
         "sample.",
         "Others: CPU taken by processes outside the bench while it ran, on the same cores.",
     ]
-    for phase in (direct, proxied):
+    for _, phase in phases:
         for error in phase.errors:
             notes.append(f"{phase.name}: {error}")
     for note in notes:

@@ -197,7 +197,7 @@ class ProxyApp:
             await self._guarded(scope, receive, send, GUARDED[path])
         else:
             self.metrics.add("loopbreak_requests_total", route="passthrough")
-            await self._passthrough(scope, receive, send)
+            await self.passthrough(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -431,7 +431,9 @@ class ProxyApp:
                      "usage": {"input_tokens": 0, "output_tokens": 0}}
         await self._respond(send, 200, json.dumps(whole).encode(), "application/json")
 
-    async def _passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def passthrough(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Relay one request and its response unjudged, bodies streamed both ways (every
+        path and method the proxy does not guard)."""
         import aiohttp
 
         session = await self._client_session()
