@@ -28,7 +28,8 @@ import httpx
 import openai
 import pytest
 
-from loopbreak import Config, RecoveryConfig
+from loopbreak import Config, ProxyConfig, RecoveryConfig
+from loopbreak._engine.trip import Trip
 from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_chars
 
@@ -53,6 +54,8 @@ LOOP = verbatim_loop().text
 CLEAN = clean_reasoning().text
 MESSAGES = [{"role": "user", "content": "Fix the retry."}]
 REQUEST: dict[str, Any] = {"model": "deepseek-reasoner", "messages": MESSAGES}
+STOP = Config(recovery=RecoveryConfig(on_trip="stop"))
+"""Cuts end the stream at once (the default re-asks a reasoning loop first)."""
 
 
 # --- the hook alone, with real LiteLLM chunk objects -----------------------------------------
@@ -121,7 +124,7 @@ def test_a_loop_is_cut_the_upstream_closed_and_the_stream_ended_lawfully() -> No
     pieces = split_chars(LOOP, 16)
     upstream = _Upstream([_chunk(role="assistant", reasoning=""),
                           *(_chunk(reasoning=p) for p in pieces), _chunk(finish="stop")])
-    hook = LoopbreakGuard(Config())
+    hook = LoopbreakGuard(STOP)
     out = _through(hook, upstream)
     (trip,) = hook.trips
     assert trip.rule == "cycle" and trip.channel == "reasoning"
@@ -191,13 +194,14 @@ def test_a_chunk_that_closes_the_tool_call_goes_out_without_its_finish() -> None
 
 def test_notice_settings_and_language() -> None:
     chunks = [_chunk(reasoning=p) for p in split_chars(LOOP, 16)]
-    quiet = _through(LoopbreakGuard(Config(recovery=RecoveryConfig(notice=False))),
+    quiet = _through(LoopbreakGuard(Config(recovery=RecoveryConfig(notice=False,
+                                                                   on_trip="stop"))),
                      _Upstream(chunks))
     assert quiet[-1].choices[0].finish_reason == "stop"
     assert _delta(quiet[-1], "content") is None
     chinese = {"model": "m", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "请修复上传模块里的重试逻辑，它会无限循环。"}]}]}
-    out = _through(LoopbreakGuard(Config()), _Upstream(chunks), chinese)
+    out = _through(LoopbreakGuard(STOP), _Upstream(chunks), chinese)
     assert _delta(out[-1], "content").startswith("[loopbreak] 你的思考在 960 个字符处被截断")
 
 
@@ -241,18 +245,27 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield up
 
 
-def _acompletion_through_hook(up: ScriptedUpstream, hook: LoopbreakGuard
+def _direct_request(up: ScriptedUpstream, messages: list[dict[str, Any]] | None = None,
+                    model: str = "openai/deepseek-reasoner") -> dict[str, Any]:
+    """The keyword arguments of a direct ``litellm.acompletion`` stream from ``up``: what
+    the hook gets as ``request_data`` outside the proxy (and re-asks with)."""
+    return {"model": model, "messages": messages or MESSAGES, "api_base": up.base_url,
+            "api_key": "sk-test", "stream": True, "max_retries": 0}
+
+
+def _acompletion_through_hook(up: ScriptedUpstream, hook: LoopbreakGuard,
+                              request: dict[str, Any] | None = None,
                               ) -> tuple[list[Any], bool]:
     """``litellm.acompletion`` streaming from ``up`` (its real chunk objects and stream
-    wrapper) through the hook; and whether the upstream exchange had ended by the time the
-    hook's iteration was over, with LiteLLM's stream object still alive."""
+    wrapper) through the hook; and whether every upstream exchange had ended by the time
+    the hook's iteration was over, with LiteLLM's stream object still alive."""
+    request = request or _direct_request(up)
+
     async def main() -> tuple[list[Any], bool]:
-        stream = await litellm.acompletion(model="openai/deepseek-reasoner", messages=MESSAGES,
-                                           api_base=up.base_url, api_key="sk-test",
-                                           stream=True, max_retries=0)
+        stream = await litellm.acompletion(**request)
         out = [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(
-            user_api_key_dict=None, response=stream, request_data=REQUEST)]
-        ended = await up.wait_for_requests(1)[-1].wait_async(5)
+            user_api_key_dict=None, response=stream, request_data=request)]
+        ended = all([await r.wait_async(5) for r in up.requests])
         assert stream is not None  # alive until here: nothing but the hook closed it
         return out, ended
     return asyncio.run(main())
@@ -261,7 +274,7 @@ def _acompletion_through_hook(up: ScriptedUpstream, hook: LoopbreakGuard
 def test_litellm_streams_through_the_hook(upstream: ScriptedUpstream) -> None:
     upstream.enqueue(Script.openai(reasoning=LOOP, text="never", piece_chars=16,
                                    flavour="deepseek").delivered(delay=0.002))
-    hook = LoopbreakGuard(Config())
+    hook = LoopbreakGuard(STOP)
     out, ended = _acompletion_through_hook(upstream, hook)
     assert all(isinstance(c, ModelResponseStream) for c in out)
     (trip,) = hook.trips
@@ -278,6 +291,173 @@ def test_litellm_streams_through_the_hook(upstream: ScriptedUpstream) -> None:
     assert _reasoning(out) == CLEAN and _content(out) == "Done."
     assert out[-1].choices[0].finish_reason == "stop" and len(hook.trips) == 1
     assert ended and upstream.requests[0].outcome == "completed"
+
+
+def _finishes(chunks: list[Any]) -> list[str]:
+    return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+
+
+def test_a_reasoning_loop_is_re_asked_without_thinking(upstream: ScriptedUpstream) -> None:
+    upstream.reset([Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                                  flavour="deepseek").delivered(delay=0.002),
+                    Script.openai(text="Bounded the retry at 3.", piece_chars=5,
+                                  flavour="deepseek")])
+    hook = LoopbreakGuard(Config())
+    out, ended = _acompletion_through_hook(upstream, hook)
+    (trip,) = hook.trips
+    notice = hook.notice(trip)
+    # One client stream: the loop up to the cut, the notice, then the new answer; one finish.
+    assert _reasoning(out) == LOOP[: trip.offset - 16]
+    assert _content(out) == notice + "\n\n" + "Bounded the retry at 3."
+    assert _finishes(out) == ["stop"] and out[-1].choices[0].finish_reason == "stop"
+    first, second = upstream.requests
+    assert ended and first.outcome == "client-disconnected" and second.outcome == "completed"
+    # The re-ask: thinking off in DeepSeek's dialect, the notice as the newest user text.
+    assert second.body["thinking"] == {"type": "disabled"}
+    assert second.body["messages"] == [*MESSAGES, {"role": "user", "content": notice}]
+    assert "thinking" not in first.body
+
+
+def test_a_second_loop_ends_the_stream_with_the_notice(upstream: ScriptedUpstream) -> None:
+    looping = Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                            flavour="deepseek").delivered(delay=0.002)
+    upstream.reset([looping, looping])
+    hook = LoopbreakGuard(Config())
+    out, ended = _acompletion_through_hook(upstream, hook)
+    first, second = hook.trips
+    assert _content(out) == hook.notice(first) + "\n\n" + hook.notice(second)
+    assert _finishes(out) == ["stop"]
+    assert ended and [r.outcome for r in upstream.requests] == ["client-disconnected"] * 2
+
+
+def test_a_client_that_leaves_during_the_re_ask_closes_it(upstream: ScriptedUpstream) -> None:
+    upstream.reset([Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                                  flavour="deepseek").delivered(delay=0.002),
+                    Script.openai(text="x" * 4000, piece_chars=4,
+                                  flavour="deepseek").delivered(delay=0.005)])
+    hook = LoopbreakGuard(Config())
+    request = _direct_request(upstream)
+
+    async def main() -> list[str]:
+        stream = await litellm.acompletion(**request)
+        answer: list[str] = []
+        hook_stream = hook.async_post_call_streaming_iterator_hook(
+            user_api_key_dict=None, response=stream, request_data=request)
+        async for chunk in hook_stream:
+            text = _delta(chunk, "content") or ""
+            if text.startswith("x"):
+                answer.append(text)
+                if len(answer) == 5:
+                    break
+        await hook_stream.aclose()  # what the LiteLLM proxy does when its client goes
+        assert all([await r.wait_async(5) for r in upstream.requests])
+        return answer
+
+    assert asyncio.run(main()) == ["xxxx"] * 5
+    first, second = upstream.requests
+    assert first.outcome == second.outcome == "client-disconnected"
+    assert second.events_sent < 100  # of 1000: the re-ask stopped generating too
+
+
+def test_one_re_ask_per_turn_read_from_the_history() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def reissue(kwargs: dict[str, Any]) -> Any:
+        asked.append(kwargs)
+        return _Upstream([_chunk(text="again")])
+
+    hook = LoopbreakGuard(Config(), reissue=reissue)
+    earlier = hook.notice(Trip("cycle", "reasoning", 960, 960))
+    # This turn already had a cut: the model's message carries its notice and a tool call.
+    messages = [*MESSAGES,
+                {"role": "assistant", "content": earlier, "tool_calls": [
+                    {"id": "call_a", "type": "function",
+                     "function": {"name": "read", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_a", "content": "retry = 3"}]
+    chunks = [_chunk(reasoning=p) for p in split_chars(LOOP, 16)]
+    out = _through(hook, _Upstream(chunks), {"model": "deepseek-reasoner", "messages": messages})
+    assert not asked and _finishes(out) == ["stop"]
+    assert _content(out).startswith("[loopbreak] Your reasoning was cut after")
+    # A new user message starts a new turn: the re-ask is there again.
+    out = _through(hook, _Upstream(chunks), {"model": "deepseek-reasoner", "messages": [
+        *messages, {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Now the upload."}]})
+    assert len(asked) == 1 and _content(out).endswith("again")
+
+
+def test_a_failed_re_ask_still_ends_lawfully() -> None:
+    async def reissue(kwargs: dict[str, Any]) -> Any:
+        raise litellm.APIConnectionError(message="refused", llm_provider="openai",
+                                         model="deepseek-reasoner")
+
+    hook = LoopbreakGuard(Config(), reissue=reissue)
+    out = _through(hook, _Upstream([_chunk(reasoning=p) for p in split_chars(LOOP, 16)]))
+    (trip,) = hook.trips
+    assert _content(out) == hook.notice(trip) + "\n\n"
+    assert _finishes(out) == ["stop"] and out[-1].choices[0].finish_reason == "stop"
+
+
+def test_an_anthropic_model_is_re_asked_with_thinking_disabled(
+        upstream: ScriptedUpstream) -> None:
+    # LiteLLM's own Anthropic provider: thinking deltas arrive as reasoning_content.
+    upstream.reset([Script.anthropic(reasoning=LOOP, text="never", piece_chars=16
+                                     ).delivered(delay=0.002),
+                    Script.anthropic(text="Bounded the retry at 3.", piece_chars=5)])
+    request = {**_direct_request(upstream, model="anthropic/claude-sonnet-4-5"),
+               "api_base": upstream.url,  # LiteLLM adds /v1/messages itself
+               "thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}
+    hook = LoopbreakGuard(Config())
+    out, ended = _acompletion_through_hook(upstream, hook, request)
+    (trip,) = hook.trips
+    assert trip.channel == "reasoning" and _reasoning(out) == LOOP[: trip.offset - 16]
+    assert _content(out) == hook.notice(trip) + "\n\n" + "Bounded the retry at 3."
+    assert _finishes(out)[-1] == "stop" and len(_finishes(out)) == 1
+    first, second = upstream.requests
+    assert first.path.endswith("/v1/messages") and second.path.endswith("/v1/messages")
+    assert first.body["thinking"]["type"] == "enabled"
+    assert second.body["thinking"] == {"type": "disabled"}
+    assert second.body["messages"][-1]["content"][-1]["text"] == hook.notice(trip)
+    assert ended and first.outcome == "client-disconnected"
+
+
+def test_retry_request_per_dialect() -> None:
+    from types import SimpleNamespace
+
+    from loopbreak.integrations.litellm import retry_request
+
+    def deployment(model: str) -> Any:
+        return SimpleNamespace(litellm_params=SimpleNamespace(model=model))
+
+    proxied = {"model": "m", "messages": MESSAGES, "stream": True, "metadata": {"k": 1},
+               "litellm_call_id": "c1", "litellm_logging_obj": object(), "secret_fields": {},
+               "stream_options": {"include_usage": True}, "_litellm_strip_stream_usage": True}
+    vllm = retry_request({**proxied, "deployment": deployment("hosted_vllm/qwen3")}, "N")
+    assert vllm == {"model": "m", "messages": [*MESSAGES, {"role": "user", "content": "N"}],
+                    "stream": True, "metadata": {"k": 1}, "extra_body": {
+                        "chat_template_kwargs": {"enable_thinking": False, "thinking": False}}}
+    claude = retry_request({**proxied, "deployment": deployment("anthropic/claude-sonnet-4-5"),
+                            "thinking": {"type": "enabled", "budget_tokens": 2048}}, "N")
+    assert claude["thinking"] == {"type": "disabled"} and "extra_body" not in claude
+    assert retry_request({**proxied, "deployment": deployment("anthropic/claude-x")},
+                         "N")["thinking"] == {"type": "disabled"}
+    ollama = retry_request({**proxied, "deployment": deployment("ollama_chat/qwen3")}, "N")
+    assert ollama["extra_body"] == {"think": False}
+    openai_model = retry_request({**proxied, "model": "openai/o4-mini",
+                                  "reasoning_effort": "high"}, "N")
+    assert openai_model["reasoning_effort"] == "low" and "extra_body" not in openai_model
+    deepseek = retry_request({**proxied, "deployment": deployment("deepseek/deepseek-reasoner"),
+                              "extra_body": {"top_k": 5}}, "N")
+    assert deepseek["extra_body"] == {"top_k": 5, "thinking": {"type": "disabled"}}
+    # An unknown model gets the note and nothing else; the client's usage request stays.
+    plain = retry_request({**proxied, "_litellm_strip_stream_usage": False,
+                           "deployment": deployment("openai/some-model")}, "N")
+    assert "extra_body" not in plain and plain["stream_options"] == {"include_usage": True}
+    assert "stream_options" not in vllm
+    # Configured dialects win over the provider's name; the request is not changed.
+    forced = retry_request({**proxied, "deployment": deployment("openai/qwen3")}, "N",
+                           Config(proxy=ProxyConfig(dialect="vllm")))
+    assert forced["extra_body"]["chat_template_kwargs"]["enable_thinking"] is False
+    assert proxied["messages"] == MESSAGES and "deployment" not in proxied
 
 
 # --- the real LiteLLM proxy -------------------------------------------------------------------
@@ -369,13 +549,15 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
                 proc.wait(5)
 
 
-def _stream(proxy: Proxy, script: Script) -> tuple[list[Any], Any]:
-    proxy.upstream.reset([script])
+def _stream(proxy: Proxy, *scripts: Script) -> tuple[list[Any], list[Any]]:
+    """Stream one chat completion through the LiteLLM proxy with ``scripts`` queued
+    upstream; the chunks and, once each exchange has ended, the upstream's records."""
+    proxy.upstream.reset(list(scripts))
     chunks = list(proxy.client().chat.completions.create(
         model="deepseek-reasoner", messages=MESSAGES, stream=True))
-    (record,) = proxy.upstream.wait_for_requests(1)
-    assert record.wait(10), "the upstream exchange did not end"
-    return chunks, record
+    records = proxy.upstream.requests
+    assert all(r.wait(10) for r in records), "an upstream exchange did not end"
+    return chunks, records
 
 
 def _extra(delta: Any, name: str) -> Any:
@@ -407,7 +589,9 @@ def test_proxy_cuts_a_loop_lawfully(proxy: Proxy, channel: str) -> None:
     script = (Script.openai(reasoning=LOOP, text="never", piece_chars=16, flavour="deepseek")
               if channel == "reasoning" else
               Script.openai(text=LOOP, piece_chars=16, flavour="deepseek")).delivered(delay=0.002)
-    chunks, record = _stream(proxy, script)
+    # A reasoning loop is re-asked once without thinking; here the re-ask loops too.
+    scripts = (script, script) if channel == "reasoning" else (script,)
+    chunks, records = _stream(proxy, *scripts)
     got = _reassembled(chunks)
     assert got["finish"] == ["stop"] and chunks[-1].choices[0].finish_reason == "stop"
     what = "reasoning" if channel == "reasoning" else "output"
@@ -415,11 +599,37 @@ def test_proxy_cuts_a_loop_lawfully(proxy: Proxy, channel: str) -> None:
     assert re.fullmatch(rf"\[loopbreak\] Your {what} was cut after [\d,]+ characters because "
                         r"it kept repeating \(cycle\)\..*", notice)
     seen = got[channel] if channel == "reasoning" else got["text"][: -len(notice)]
-    assert LOOP.startswith(seen) and 0 < len(seen) < 1_000 and len(LOOP) == 20_000
+    assert LOOP.startswith(seen[: len(seen) // len(scripts)])
+    assert 0 < len(seen) < 1_000 * len(scripts) and len(LOOP) == 20_000
     assert "never" not in got["text"]
-    # The upstream saw the client go: generation stops there, long before the loop's end.
-    assert record.outcome == "client-disconnected"
-    assert record.events_sent < len(script.events) // 2
+    # The upstream saw the client go each time: generation stops there, long before the
+    # loop's end.
+    assert len(records) == len(scripts)
+    for record in records:
+        assert record.outcome == "client-disconnected"
+        assert record.events_sent < len(script.events) // 2
+
+
+@pytest.mark.slow
+def test_proxy_re_asks_a_reasoning_loop_without_thinking(proxy: Proxy) -> None:
+    answer = "Bounded the retry at 3 ✅."
+    chunks, (first, second) = _stream(
+        proxy, Script.openai(reasoning=LOOP, text="never", piece_chars=16,
+                             flavour="deepseek").delivered(delay=0.002),
+        Script.openai(text=answer, piece_chars=5, flavour="deepseek"))
+    got = _reassembled(chunks)
+    notice, _, rest = got["text"].partition("\n\n")
+    assert notice.startswith("[loopbreak] Your reasoning was cut after") and rest == answer
+    assert LOOP.startswith(got["reasoning"]) and 0 < len(got["reasoning"]) < 1_000
+    assert got["finish"] == ["stop"]
+    # The re-ask went through LiteLLM's router to the same model: thinking off in DeepSeek's
+    # dialect (the model is a DeepSeek one), the notice as the newest user text.
+    assert first.outcome == "client-disconnected" and second.outcome == "completed"
+    assert "thinking" not in first.body and second.body["thinking"] == {"type": "disabled"}
+    assert second.body["model"] == first.body["model"] == "deepseek-reasoner"
+    assert second.body["messages"] == [*MESSAGES, {"role": "user", "content": notice}]
+    assert second.header("authorization") == first.header("authorization") == (
+        "Bearer sk-upstream-test")
 
 
 @pytest.mark.slow
@@ -428,7 +638,7 @@ def test_proxy_passes_a_clean_stream_unchanged(proxy: Proxy) -> None:
     call = ToolCall.of("read", {"path": "a.py", "note": "é"}, id="call_a")
     script = Script.openai(reasoning=CLEAN, text=text, tool_calls=[call], piece_chars=9,
                            flavour="deepseek").delivered(write_bytes=7)
-    chunks, record = _stream(proxy, script)
+    chunks, (record,) = _stream(proxy, script)
     assert _reassembled(chunks) == {"reasoning": CLEAN, "text": text,
                                     "tool_calls": [("call_a", "read", call.arguments_text)],
                                     "finish": ["tool_calls"]}

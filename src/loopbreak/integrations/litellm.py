@@ -13,6 +13,14 @@ through its history, the model read the notice. Non-streamed responses are not
 touched, nor are streams that are not chat-completions chunks (they carry no
 ``choices``).
 
+With ``recovery.on_trip = "retry"`` (the default), a reasoning loop is first
+re-asked once per turn the way ``loopbreak proxy`` does it: the notice goes out
+as content, the same request (with the notice added as the newest user text)
+is sent again with thinking disabled in the model's dialect, through the
+LiteLLM proxy's router when the hook runs inside one, and its answer continues
+the same client stream, judged like the first. "Once per turn" is read from
+the request's history (the notices of earlier cuts are in it).
+
 Load it from the LiteLLM config file::
 
     litellm_settings:
@@ -35,7 +43,8 @@ import copy
 import inspect
 import logging
 import os
-from collections.abc import AsyncGenerator, Mapping
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import litellm
@@ -46,9 +55,11 @@ from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import render, resolve_language
 from loopbreak._engine.trip import Trip
+from loopbreak._history import replay, with_note
+from loopbreak._requests import thinking_off
 from loopbreak.integrations._deltas import feed_openai_chunk, field
 
-__all__ = ["SETTINGS_KEY", "LoopbreakGuard", "guard"]
+__all__ = ["SETTINGS_KEY", "LoopbreakGuard", "guard", "retry_request"]
 
 SETTINGS_KEY = "loopbreak"
 """The hook's own section under ``callback_settings`` in the LiteLLM config file."""
@@ -88,9 +99,9 @@ def _without_finish(chunk: Any) -> Any:
     return copied
 
 
-def _final_chunk(template: Any, text: str | None, finish: str) -> ModelResponseStream:
+def _final_chunk(template: Any, text: str | None, finish: str | None) -> ModelResponseStream:
     """The chunk that ends a cut stream: ``text`` (if any) and ``finish``, with the id,
-    creation time and model of ``template``."""
+    creation time and model of ``template``; with no ``finish`` the stream goes on."""
     return ModelResponseStream(
         id=field(template, "id") or None,
         created=field(template, "created") or None,
@@ -113,6 +124,79 @@ async def _close(response: Any) -> None:
         log.warning("closing the upstream stream after a cut failed: %r", exc)
 
 
+# What LiteLLM's proxy adds to a request for its own bookkeeping of one call: a re-ask is a
+# call of its own and gets fresh ones. ``stream_options`` is LiteLLM's own unless the client
+# asked for usage (then ``_litellm_strip_stream_usage`` is false).
+_NOT_FORWARDED = frozenset({"litellm_logging_obj", "litellm_call_id", "deployment",
+                            "secret_fields", "stream_options"})
+# Where a request says how the model thinks; OpenAI-compatible servers read them from the body.
+_THINKING_KEYS = ("thinking", "chat_template_kwargs", "think", "reasoning", "reasoning_effort")
+
+
+def _provider_dialect(request_data: Mapping[str, Any]) -> str:
+    """The thinking dialect of the model LiteLLM routes to, from its ``provider/model`` name:
+    used when neither the configuration nor the request says."""
+    params = getattr(request_data.get("deployment"), "litellm_params", None)
+    model = str(getattr(params, "model", None) or request_data.get("model") or "").lower()
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    if provider in ("anthropic", "bedrock", "vertex_ai") and "claude" in model:
+        return "anthropic"
+    if provider in ("hosted_vllm", "vllm", "sglang"):
+        return "vllm"
+    if provider.startswith("ollama"):
+        return "ollama"
+    if "deepseek" in model:
+        return "deepseek"
+    return "none"
+
+
+def retry_request(request_data: Mapping[str, Any], notice: str,
+                  config: Config | None = None) -> dict[str, Any]:
+    """The keyword arguments that re-ask ``request_data`` (what LiteLLM's proxy handed the
+    hook) without thinking, with ``notice`` as the newest user text.
+
+    The dialect is ``proxy.dialect``; ``auto`` reads the request, then the provider of the
+    model (``anthropic/...``: Anthropic's ``thinking``; ``hosted_vllm/...``:
+    ``chat_template_kwargs``; ``ollama/...``: ``think``; a DeepSeek model: ``thinking``).
+    LiteLLM takes ``reasoning_effort`` (and, for Anthropic, ``thinking``) by name; the
+    rest rides in ``extra_body`` to the OpenAI-compatible server.
+    """
+    config = config or Config()
+    body = {k: v for k, v in request_data.items()
+            if k not in _NOT_FORWARDED and not k.startswith("_")}
+    if request_data.get("stream_options") and not request_data.get("_litellm_strip_stream_usage"):
+        body["stream_options"] = request_data["stream_options"]
+    said = dict(body.pop("extra_body", None) or {})
+    said.update({k: body.pop(k) for k in _THINKING_KEYS if k in body})
+    dialect = config.proxy.dialect
+    if dialect == "auto":
+        # Anthropic's models take ``thinking`` by name whatever the request says; other
+        # requests that name a thinking key are read as they are.
+        provider = _provider_dialect(request_data)
+        if provider == "anthropic" or not any(k in said for k in _THINKING_KEYS):
+            dialect = provider
+    said = thinking_off(said, "openai", dialect, config.proxy.retry_effort)
+    named = ("reasoning_effort", "thinking") if dialect == "anthropic" else ("reasoning_effort",)
+    body.update({k: said.pop(k) for k in named if k in said})
+    if said:
+        body["extra_body"] = said
+    body["stream"] = True
+    # Only the messages are copied: the rest may hold live objects (LiteLLM's HTTP session).
+    body["messages"] = with_note({"messages": body.get("messages") or []}, "openai",
+                                 notice)["messages"]
+    return body
+
+
+async def _reissue(kwargs: dict[str, Any]) -> Any:
+    """Send a re-ask the way the proxy sends requests: through its router (model aliases,
+    keys, fallbacks) when the hook runs inside the LiteLLM proxy, else ``litellm.acompletion``."""
+    server = sys.modules.get("litellm.proxy.proxy_server")
+    router = getattr(server, "llm_router", None)
+    if router is not None:
+        return await router.acompletion(**kwargs)
+    return await litellm.acompletion(**kwargs)
+
+
 class LoopbreakGuard(CustomLogger):
     """A LiteLLM callback that cuts looping streams lawfully.
 
@@ -121,14 +205,19 @@ class LoopbreakGuard(CustomLogger):
     does; otherwise ``loopbreak.load_config()`` decides (``$LOOPBREAK_CONFIG``,
     ``LOOPBREAK_*`` variables, defaults). It is read once, at the first stream.
     ``trips`` holds the latest trips (at most ``keep_trips``), newest last.
+    ``reissue`` sends a re-ask (the keyword arguments of ``litellm.acompletion``) and
+    returns its stream; by default the LiteLLM proxy's router, else ``litellm.acompletion``.
     """
 
     def __init__(self, config: Config | None = None, *,
                  config_path: str | os.PathLike[str] | None = None,
-                 keep_trips: int = 100, **kwargs: Any) -> None:
+                 keep_trips: int = 100,
+                 reissue: Callable[[dict[str, Any]], Awaitable[Any]] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._config = config
         self._config_path = config_path
+        self._reissue = reissue or _reissue
         self.trips: collections.deque[Trip] = collections.deque(maxlen=keep_trips)
 
     @property
@@ -150,30 +239,70 @@ class LoopbreakGuard(CustomLogger):
         name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
         return render(name, language, chars=f"{trip.offset:,}", rule=trip.rule)
 
+    def may_retry(self, trip: Trip, request_data: Mapping[str, Any]) -> bool:
+        """Whether ``trip`` is re-asked without thinking: a reasoning loop, ``retry``
+        configured, and this turn's earlier cuts (read from the history) under the budget."""
+        recovery = self.config.recovery
+        if recovery.on_trip != "retry" or trip.channel != "reasoning":
+            return False
+        messages = request_data.get("messages")
+        if not isinstance(messages, list):
+            return False
+        cuts = replay({"messages": messages}, "openai", self.config).cuts_this_turn
+        return cuts < recovery.retries_per_turn
+
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any],
     ) -> AsyncGenerator[Any, None]:
-        """Pass the chunks of one stream on as they come; end it lawfully on a trip."""
+        """Pass the chunks of one stream on as they come; end it lawfully on a trip, after
+        one re-ask without thinking where that is configured."""
         config = self.config
-        call = CallGuard(config)
-        async for chunk in response:
-            trip = feed_openai_chunk(call, chunk)
-            if trip is None:
-                yield chunk
-                continue
-            # Stop reading, and close: that is what stops generation upstream.
-            await _close(response)
-            self.trips.append(trip)
-            log.warning("loopbreak cut a looping %s stream of %s (%s) after %s characters",
-                        trip.channel, request_data.get("model", "?"), trip.rule,
-                        f"{trip.offset:,}")
-            if _carries_tool_calls(chunk):
-                # This chunk completes a tool call (its finish released the trip): it goes
-                # out, without its finish.
-                yield _without_finish(chunk)
-            notice = self.notice(trip, request_data) if config.recovery.notice else None
-            yield _final_chunk(chunk, notice, "tool_calls" if call.tool_calls else "stop")
-            return
+        stream: AsyncIterator[Any] = response
+        retried = False
+        try:
+            while True:
+                call = CallGuard(config)
+                trip: Trip | None = None
+                chunk: Any = None
+                async for chunk in stream:
+                    trip = feed_openai_chunk(call, chunk)
+                    if trip is not None:
+                        break
+                    yield chunk
+                if trip is None:
+                    return
+                # Stop reading, and close: that is what stops generation upstream.
+                await _close(stream)
+                self.trips.append(trip)
+                log.warning("loopbreak cut a looping %s stream of %s (%s) after %s characters",
+                            trip.channel, request_data.get("model", "?"), trip.rule,
+                            f"{trip.offset:,}")
+                if _carries_tool_calls(chunk):
+                    # This chunk completes a tool call (its finish released the trip): it goes
+                    # out, without its finish.
+                    yield _without_finish(chunk)
+                notice = self.notice(trip, request_data)
+                shown = notice if config.recovery.notice else None
+                if not retried and not call.tool_calls and self.may_retry(trip, request_data):
+                    retried = True
+                    # The notice goes out first: the client's history keeps it, which is how the
+                    # next request of this turn knows a retry was spent.
+                    if shown:
+                        yield _final_chunk(chunk, shown + "\n\n", None)
+                    try:
+                        stream = await self._reissue(retry_request(request_data, notice, config))
+                    except Exception as exc:  # the stream must still end lawfully
+                        log.warning("loopbreak's re-ask without thinking failed: %r", exc)
+                        yield _final_chunk(chunk, None, "stop")
+                        return
+                    continue
+                yield _final_chunk(chunk, shown, "tool_calls" if call.tool_calls else "stop")
+                return
+        finally:
+            # A re-ask is this hook's own stream: a client that leaves mid-answer must not
+            # leave it generating.
+            if stream is not response:
+                await _close(stream)
 
 
 guard = LoopbreakGuard()

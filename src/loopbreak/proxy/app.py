@@ -29,8 +29,7 @@ from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._engine.notices import render
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
-from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
-from loopbreak.proxy.history import (
+from loopbreak._history import (
     Kind,
     replay,
     session_key,
@@ -39,6 +38,7 @@ from loopbreak.proxy.history import (
     with_note,
     without_unsigned_thinking,
 )
+from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
 from loopbreak.proxy.metrics import Metrics
 from loopbreak.proxy.relay import (
     GuardedCall,

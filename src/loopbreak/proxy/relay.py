@@ -24,6 +24,13 @@ from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import render
 from loopbreak._engine.trip import Trip
+from loopbreak._history import (
+    HistoryView,
+    Kind,
+    thinking_off,
+    with_denial,
+    with_note,
+)
 from loopbreak.proxy.dialect import (
     AnthropicStream,
     BrokenStream,
@@ -32,13 +39,6 @@ from loopbreak.proxy.dialect import (
     Stream,
     error_body,
     sse_data,
-)
-from loopbreak.proxy.history import (
-    HistoryView,
-    Kind,
-    thinking_off,
-    with_denial,
-    with_note,
 )
 from loopbreak.proxy.sse import SSEError, SSEParser
 

@@ -1,7 +1,7 @@
-"""What the conversation a client sends says, and the request the proxy forwards instead.
+"""What the conversation a client sends says, and the request to forward instead.
 
-The proxy keeps no session state: every judgement that spans requests comes
-from the history in the request itself. Replaying it through a session guard
+The proxy (and the LiteLLM hook) keep no session state: every judgement that
+spans requests comes from the history in the request itself. Replaying it through a session guard
 gives the stall verdict of the last call, the tool-failure breaker's guidance
 for this turn's results and its denials, and how many cuts this turn already
 had (their notices are in the assistant messages the client stored). The same
