@@ -6,6 +6,7 @@ The only public door: everything a user or an adapter needs is re-exported here.
 from loopbreak._config import (
     BlockRepeatConfig,
     Config,
+    CounterCycleConfig,
     CycleConfig,
     DegeneracyConfig,
     IdenticalChunksConfig,
@@ -55,6 +56,7 @@ __all__ = [
     "CharCapDetector",
     "Config",
     "ConfigError",
+    "CounterCycleConfig",
     "CycleConfig",
     "CycleDetector",
     "DegeneracyConfig",

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopbreak._config import Config
-from loopbreak._corpus import LabelledStream
+from loopbreak._corpus import SMOLLM2_LISTS, LabelledStream
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
+    CounterCycleDetector,
     CycleDetector,
     DegeneracyDetector,
     IdenticalChunksDetector,
@@ -40,6 +41,7 @@ FACTORIES: dict[str, DetectorFactory] = {
     "block-repeat": lambda c, ch: BlockRepeatDetector(c.block_repeat, ch),
     "degeneracy": lambda c, ch: DegeneracyDetector(c.degeneracy, ch),
     "cycle": lambda c, ch: CycleDetector(c.cycle, ch),
+    "counter-cycle": lambda c, ch: CounterCycleDetector(c.counter_cycle, c.cycle, ch),
     "lines": lambda c, ch: LinesDetector(c.lines, ch),
     "identical-chunks": lambda c, ch: IdenticalChunksDetector(c.identical_chunks, ch),
 }
@@ -172,6 +174,7 @@ def _get(config: Config, key: str) -> Any:
 # charged with missing a shape another rule owns: a symbol flood has no period.
 _PERIODIC = ("bleed-loops", "stalls", "verbatim", "block-aligned", "answer-loop")
 _POOLS = ("bleed-loops", "line-bleeds", "phrase-pool", "cjk-pool")
+_COUNTED = ("counter", SMOLLM2_LISTS)
 _NEAR_VERBATIM = ("bleed-loops", "line-bleeds", "verbatim", "counter", "cjk-pool",
                   "block-aligned")
 
@@ -190,6 +193,12 @@ def standard_sweeps() -> list[Sweep]:
               ((128, 192, 256, 320, 384), spans), (128, 768), _PERIODIC),
         Sweep("cycle period cap", "cycle", "reasoning", ("cycle.max_period",),
               ((64, 128, 256, 384, 512, 1024),), (1024,), _PERIODIC),
+        Sweep("counter-cycle word share (reasoning)", "counter-cycle", "reasoning",
+              ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
+              _COUNTED),
+        Sweep("counter-cycle word share (text)", "counter-cycle", "text",
+              ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
+              _COUNTED),
         Sweep("lines mass and window (reasoning)", "lines", "reasoning",
               ("lines.min_mass", "lines.window_chars"), (masses, windows), None, _POOLS),
         Sweep("lines coverage and concentration", "lines", "reasoning",

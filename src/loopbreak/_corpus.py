@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from loopbreak._engine.trip import Channel
 from loopbreak._errors import InputError
-from loopbreak._samples import clean_samples, loop_samples
+from loopbreak._samples import clean_samples, data_text, loop_samples
 
 CORPUS_ENV = "LOOPBREAK_CORPUS"
 DEFAULT_CORPUS = Path("..") / "shared" / "corpus"
@@ -105,11 +105,24 @@ def stdlib_sources(
                                  channel, text)
 
 
+SMOLLM2_LISTS = "smollm2-lists"
+
+
+def smollm2_lists() -> Iterator[LabelledStream]:
+    """Runaway lists SmolLM2-135M-Instruct really wrote (greedy, 500 new tokens), recorded
+    by ``scripts/record_smollm2_lists.py``: visible answers whose items repeat while their
+    numbers tick (``14. Pluto``, ``15. Pluto``, ...)."""
+    for line in data_text("smollm2_lists.jsonl").splitlines():
+        row = json.loads(line)
+        yield LabelledStream(row["id"], SMOLLM2_LISTS, "loop", "text", row["text"])
+
+
 def sample_streams() -> Iterator[LabelledStream]:
-    """The project's own generated loops and written clean calls."""
+    """The project's own generated loops, recorded loops and written clean calls."""
     for sample in loop_samples():
         yield LabelledStream(sample.name, "samples", "loop", sample.channel, sample.text,
                              sample.loop_start)
+    yield from smollm2_lists()
     for sample in clean_samples():
         yield LabelledStream(sample.name, "samples", "clean", sample.channel, sample.text)
 

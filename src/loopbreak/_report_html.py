@@ -40,6 +40,7 @@ from loopbreak._analyze import (
     summary,
 )
 from loopbreak._config import Config
+from loopbreak._engine.detectors.counter_cycle import COUNTER_CYCLE, DIGITS_AS_ZERO
 
 DEFAULT_TITLE = "loopbreak analyze report"
 
@@ -190,9 +191,12 @@ class _Marks:
     caption: str = ""
 
 
-def _cycle_marks(text: str, cut: int, period: int) -> _Marks:
+def _cycle_marks(text: str, cut: int, period: int, *, counted: bool = False) -> _Marks:
     if period <= 0 or cut < period:
         return _Marks()
+    if counted:
+        # counter-cycle's loop is periodic once digits read as 0 (a map that keeps places).
+        text = text.translate(DIGITS_AS_ZERO)
     # The periodic stretch around the cut: every character equal to the one a period away.
     start = cut - period
     while start > 0 and text[start - 1] == text[start - 1 + period]:
@@ -215,7 +219,9 @@ def _cycle_marks(text: str, cut: int, period: int) -> _Marks:
             marks.ranges.append((lo, hi, k % 2))
         k += 1
     before = (cut - start) // period
-    marks.caption = (f"Highlighted: each repetition of the {_n(period)}-character unit "
+    unit = (f"{_n(period)}-character unit, its numbers aside" if counted
+            else f"{_n(period)}-character unit")
+    marks.caption = (f"Highlighted: each repetition of the {unit} "
                      f"(alternating shades); {_plural(before, 'whole repetition')} before the cut "
                      f"in this excerpt.")
     return marks
@@ -288,8 +294,8 @@ def _chunk_marks(text: str, chunk: str, repeats: int) -> _Marks:
 
 def _marks(cut: Cut, text: str, at: int) -> _Marks:
     ev = cut.evidence
-    if cut.rule == "cycle":
-        return _cycle_marks(text, at, _int(ev.get("period")))
+    if cut.rule in ("cycle", COUNTER_CYCLE):
+        return _cycle_marks(text, at, _int(ev.get("period")), counted=cut.rule == COUNTER_CYCLE)
     if cut.rule == "lines":
         return _lines_marks(text)
     if cut.rule in BLOCK_RULES:

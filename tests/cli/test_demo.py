@@ -13,6 +13,7 @@ from rich.console import Console
 
 from loopbreak._engine.detectors.block_repeat import EXACT_REPEAT, LOW_NOVELTY
 from loopbreak._engine.detectors.char_cap import MAX_REASONING_CHARS
+from loopbreak._engine.detectors.counter_cycle import COUNTER_CYCLE
 from loopbreak._engine.detectors.cycle import CYCLE
 from loopbreak._engine.detectors.degeneracy import DEGENERATE_OUTPUT, EMOJI_FLOOD, SYMBOL_FLOOD
 from loopbreak._engine.detectors.identical_chunks import IDENTICAL_CHUNKS
@@ -20,7 +21,8 @@ from loopbreak._engine.detectors.lines import LINES
 from loopbreak._samples import demo_samples
 from loopbreak.cli import demo, main
 
-ENGINE_RULES = {EXACT_REPEAT, LOW_NOVELTY, MAX_REASONING_CHARS, CYCLE, DEGENERATE_OUTPUT,
+ENGINE_RULES = {EXACT_REPEAT, LOW_NOVELTY, MAX_REASONING_CHARS, CYCLE, COUNTER_CYCLE,
+                DEGENERATE_OUTPUT,
                 EMOJI_FLOOD, SYMBOL_FLOOD, IDENTICAL_CHUNKS, LINES}
 
 

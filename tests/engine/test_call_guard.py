@@ -20,8 +20,11 @@ def test_rules_per_channel() -> None:
     reasoning = {type(d).__name__ for d in build_detectors("reasoning", Config())}
     text = {type(d).__name__ for d in build_detectors("text", Config())}
     assert reasoning == {"DegeneracyDetector", "BlockRepeatDetector", "CycleDetector",
-                         "LinesDetector", "CharCapDetector"}
-    assert text == {"CycleDetector", "LinesDetector", "IdenticalChunksDetector"}
+                         "CounterCycleDetector", "LinesDetector", "CharCapDetector"}
+    assert text == {"CycleDetector", "CounterCycleDetector", "LinesDetector",
+                    "IdenticalChunksDetector"}
+    off = Config().replace(**{"counter_cycle.enabled": False})
+    assert "CounterCycleDetector" not in {type(d).__name__ for d in build_detectors("text", off)}
     on_text = Config().replace(**{"degeneracy.on_text": True})
     assert "DegeneracyDetector" in {type(d).__name__ for d in build_detectors("text", on_text)}
 

@@ -18,6 +18,7 @@ from loopbreak import (
     BlockRepeatDetector,
     ChannelGuard,
     Config,
+    CounterCycleConfig,
     CycleConfig,
     CycleDetector,
     DegeneracyConfig,
@@ -27,8 +28,10 @@ from loopbreak import (
     LinesDetector,
     Trip,
 )
+from loopbreak._engine.detectors import CounterCycleDetector
 
-ALPHABETS = ["ab", "Go. OK.\n", "好。执行。\n", "* \n", "😀😂 ", "abc def\n  x()", "| -\n"]
+ALPHABETS = ["ab", "Go. OK.\n", "好。执行。\n", "* \n", "😀😂 ", "abc def\n  x()", "| -\n",
+             "Fish 19.\n"]
 
 
 @st.composite
@@ -42,6 +45,18 @@ def streams(draw: st.DrawFn) -> str:
         else:
             parts.append(draw(letters))
     return "".join(parts)[:3000]
+
+
+@st.composite
+def counted_streams(draw: st.DrawFn) -> str:
+    """Text, then a list whose items repeat while their numbers tick (``14. Pluto``)."""
+    head = draw(st.text(alphabet="abc de.\n", max_size=200))
+    item = draw(st.sampled_from(["Pluto", "Fish (x)", "Use a timer: it helps.", "a0b", "é 2"]))
+    start = draw(st.integers(0, 120))
+    count = draw(st.integers(1, 80))
+    style = draw(st.sampled_from(["{n}. {item}\n", "{item} {n}\n", "Step {n}: {item} "]))
+    body = "".join(style.format(n=n, item=item) for n in range(start, start + count))
+    return (head + body + draw(st.text(alphabet="xyz \n", max_size=40)))[:3000]
 
 
 @st.composite
@@ -78,6 +93,9 @@ def _check(make: Callable[[], Detector], text: str, pieces: list[str]) -> Trip |
 SMALL = {
     "cycle": lambda: CycleDetector(CycleConfig(max_period=64, min_span_reasoning=48,
                                                min_span_code=96)),
+    "counter-cycle": lambda: CounterCycleDetector(
+        CounterCycleConfig(), CycleConfig(max_period=64, min_span_reasoning=48,
+                                          min_span_code=96)),
     "block-repeat": lambda: BlockRepeatDetector(BlockRepeatConfig(
         block_chars=32, novelty_streak=3, novelty_streak_code=5, exact_streak=2)),
     "degeneracy": lambda: DegeneracyDetector(DegeneracyConfig(block_chars=32, streak=2)),
@@ -94,7 +112,7 @@ def _property(name: str) -> Callable[[], None]:
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def prop(data: st.DataObject) -> None:
-        text = data.draw(streams())
+        text = data.draw(st.one_of(streams(), counted_streams()))
         reference = _check(SMALL[name], text, data.draw(splits(text)))
         event("tripped" if reference is not None else "clean")
 
@@ -102,6 +120,7 @@ def _property(name: str) -> Callable[[], None]:
 
 
 test_cycle_split_independent = _property("cycle")
+test_counter_cycle_split_independent = _property("counter-cycle")
 test_block_repeat_split_independent = _property("block-repeat")
 test_degeneracy_split_independent = _property("degeneracy")
 test_lines_split_independent = _property("lines")

@@ -266,7 +266,11 @@ def test_criteria_reasoning_channel_and_markers() -> None:
 
 def test_criteria_on_the_real_tokenizer_mid_character(tokenizer: Any) -> None:
     """Ids that split characters: the fed text is exactly the decode of the row."""
-    text = "".join(f"Line {i}: Grüße, 你好 🌊 — {i * i} ✓ 日本語\n" for i in range(30))
+    # Each line names a different word: a counted repetition would be a loop (counter-cycle).
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron " \
+            "pi rho sigma tau upsilon phi chi psi omega äpfel öl über straße mañana façade"
+    text = "".join(f"Line {i}: {w} Grüße, 你好 🌊 — {i * i} ✓ 日本語\n"
+                   for i, w in enumerate(words.split()))
     ids = tokenizer.encode(text)
     prompt = tokenizer.encode("<|im_start|>assistant\n")
     steps = Steps([prompt], [ids], pad=tokenizer.pad_token_id)

@@ -16,6 +16,7 @@ from loopbreak._config import Config
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
     CharCapDetector,
+    CounterCycleDetector,
     CycleDetector,
     DegeneracyDetector,
     IdenticalChunksDetector,
@@ -39,6 +40,8 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
         detectors.append(DegeneracyDetector(config.degeneracy, channel))
     if config.cycle.max_period:
         detectors.append(CycleDetector(config.cycle, channel))
+        if config.counter_cycle.enabled:
+            detectors.append(CounterCycleDetector(config.counter_cycle, config.cycle, channel))
     if config.lines.min_mass:
         detectors.append(LinesDetector(config.lines, channel))
     if channel == "text" and config.identical_chunks.max_repeats:

@@ -2,6 +2,7 @@
 
 from loopbreak._engine.detectors.block_repeat import BlockRepeatDetector
 from loopbreak._engine.detectors.char_cap import CharCapDetector
+from loopbreak._engine.detectors.counter_cycle import CounterCycleDetector
 from loopbreak._engine.detectors.cycle import CycleDetector
 from loopbreak._engine.detectors.degeneracy import DegeneracyDetector
 from loopbreak._engine.detectors.identical_chunks import IdenticalChunksDetector
@@ -10,6 +11,7 @@ from loopbreak._engine.detectors.lines import LinesDetector
 __all__ = [
     "BlockRepeatDetector",
     "CharCapDetector",
+    "CounterCycleDetector",
     "CycleDetector",
     "DegeneracyDetector",
     "IdenticalChunksDetector",

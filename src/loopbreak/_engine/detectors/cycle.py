@@ -32,6 +32,8 @@ text span of 192 or a code span of 1,024 trips clean text; a reasoning span of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loopbreak._config import CycleConfig
 from loopbreak._engine.shape import looks_like_code
 from loopbreak._engine.trip import Channel, Trip
@@ -61,12 +63,18 @@ def _match_run_back(buf: str, end: int, period: int, cap: int) -> int:
 class CycleDetector:
     """Periodic tail of one channel, judged exactly at every character."""
 
+    rule = CYCLE
+
     def __init__(self, config: CycleConfig | None = None, channel: Channel = "reasoning",
                  min_span: int | None = None) -> None:
         cfg = config or CycleConfig()
         self._channel: Channel = channel
         self._max_period = cfg.max_period
         self._min_distinct = cfg.min_distinct
+        # What the periods are found in (a variant reads the text through a character map)
+        # and which units count; both must not depend on where a unit is rotated.
+        self._read: dict[int, str] | None = None
+        self._accepts: Callable[[str], bool] = self._distinct_enough
         if min_span is None:
             min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._min_span = min_span
@@ -90,6 +98,14 @@ class CycleDetector:
     def consumed(self) -> int:
         return self._consumed
 
+    def _distinct_enough(self, unit: str) -> bool:
+        return len(set(unit)) >= self._min_distinct
+
+    def _may_end_here(self, n0: int, n1: int) -> bool:
+        """Whether a unit ending in (n0, n1] can count; a variant whose units need some
+        character skips steps without one, exactly."""
+        return True
+
     def reset(self) -> None:
         self._buf = ""
         self._base = self._done = self._consumed = 0
@@ -100,6 +116,8 @@ class CycleDetector:
         self._consumed += len(delta)
         if not self._max_period:
             return None
+        if self._read is not None:
+            delta = delta.translate(self._read)
         step = self._step
         for start in range(0, len(delta), step):
             hit = self._advance(delta[start : start + step])
@@ -108,7 +126,7 @@ class CycleDetector:
                 unit = self._buf[at - self._base - period : at - self._base]
                 code = looks_like_code(unit + unit)
                 span = max(self._min_span_code if code else self._min_span, 2 * period)
-                return Trip(CYCLE, self._channel, self._consumed, at, {
+                return Trip(self.rule, self._channel, self._consumed, at, {
                     "period": period,
                     "span": span,
                     "code": code,
@@ -127,6 +145,10 @@ class CycleDetector:
             self._base += cut
         self._buf = buf
         if n1 < self._min_span:
+            return None
+        if not self._may_end_here(n0, n1):
+            # No unit ending in this step can count: what was measured is stale after it.
+            self._runs.clear()
             return None
         base, g = self._base, self._anchor
         rel = n1 - self._half - base
@@ -169,7 +191,7 @@ class CycleDetector:
             if at > n1:
                 return None
             unit = buf[at - base - period : at - base]
-            if len(set(unit)) < self._min_distinct:
+            if not self._accepts(unit):
                 return None
             if looks_like_code(unit + unit):
                 at = max(n0 + 1, n0 + need_code - run, need_code + period)
@@ -187,7 +209,7 @@ class CycleDetector:
             if run >= need and m + base >= need + period:
                 if shape_need is None:
                     unit = buf[m - period : m]
-                    if len(set(unit)) < self._min_distinct:
+                    if not self._accepts(unit):
                         return None
                     shape_need = need_code if looks_like_code(unit + unit) else need
                 if run >= shape_need and m + base >= shape_need + period:

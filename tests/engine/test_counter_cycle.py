@@ -1,0 +1,166 @@
+"""counter-cycle: a tail that is periodic once every digit reads as 0."""
+
+from __future__ import annotations
+
+import random
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopbreak import ChannelGuard, Config, CounterCycleConfig, CycleConfig
+from loopbreak._corpus import smollm2_lists
+from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector
+from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, word_share
+from loopbreak._engine.shape import looks_like_code
+from support import feed_pieces, first_trip, split_fixed, split_random
+
+PLUTO = "".join(f"{n}. Pluto\n" for n in range(10, 99))
+
+
+def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int
+                ) -> tuple[int, int] | None:
+    """The rule as its module states it, recomputed from scratch at every character."""
+    folded = text.translate(DIGITS_AS_ZERO)
+    for m in range(1, len(folded) + 1):
+        for p in range(1, cfg.max_period + 1):
+            unit = folded[m - p : m]
+            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p)
+            if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \
+                    and len(set(unit)) >= cfg.min_distinct and "0" in unit \
+                    and word_share(unit) >= share:
+                return m, p
+    return None
+
+
+def _counted_text(rng: random.Random) -> str:
+    item = rng.choice(["Pluto", "Fish", "a b", "x1y", "Use a timer.", "Ca (Ca)", "é"])
+    style = rng.choice(["{n}. {item}\n", "{item} {n} ", "Day {n}: {item}\n", "{n}{n}"])
+    start = rng.randint(0, 150)
+    head = "".join(rng.choice("ab cd\n") for _ in range(rng.randint(0, 80)))
+    body = "".join(style.format(n=n, item=item) for n in range(start, start + rng.randint(1, 60)))
+    return (head + body)[:700]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_counter_cycle_matches_brute_force_at_every_split(seed: int) -> None:
+    rng = random.Random(seed)
+    text = _counted_text(rng)
+    cfg = CycleConfig(max_period=rng.choice([16, 30, 64]), min_span_text=rng.choice([24, 48]),
+                      min_span_code=rng.choice([64, 100]))
+    share = rng.choice([0.0, 0.25, 0.5])
+    expected = brute_force(text, cfg, share, cfg.min_span_text)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
+                   split_random(text, rng)):
+        detector = CounterCycleDetector(CounterCycleConfig(min_word_share=share), cfg, "text")
+        trip, _ = feed_pieces(detector, pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_a_counted_list_is_cut_where_cycle_sees_nothing(channel: str) -> None:
+    intro = "The planets, in order:\n1. Mercury\n2. Venus\n3. Earth\n4. Mars\n"
+    text = intro + PLUTO
+    assert first_trip(CycleDetector(channel=channel), text) is None  # type: ignore[arg-type]
+    trip = first_trip(CounterCycleDetector(channel=channel), text)  # type: ignore[arg-type]
+    assert trip is not None and trip.rule == "counter-cycle" and trip.channel == channel
+    assert trip.evidence["period"] == len("10. Pluto\n")
+    assert sorted(trip.evidence["unit"]) == sorted("00. Pluto\n")  # a rotation of it
+    # Cut once the span has repeated past the first counted line (a few characters of the
+    # intro may match by chance).
+    span = 384 if channel == "reasoning" else 256
+    assert len(intro) + span - len("10. Pluto\n") <= trip.at <= len(intro) + span
+    # The full guard reports it, at the same character.
+    guard = ChannelGuard(channel)  # type: ignore[arg-type]
+    trips = [t for t in (guard.feed(text[i : i + 32]) for i in range(0, len(text), 32)) if t]
+    assert [(t.rule, t.at) for t in trips] == [("counter-cycle", trip.at)]
+
+
+def test_a_verbatim_loop_is_left_to_cycle() -> None:
+    # No digit in the unit: cycle's loop, not this rule's.
+    assert first_trip(CounterCycleDetector(), "Let me check.\nOK.\n" * 100) is None
+    # With a digit that does not change, both see it; the guard names cycle (listed first).
+    text = "Step 1 again.\n" * 100
+    assert first_trip(CounterCycleDetector(), text) is not None
+    guard = ChannelGuard("reasoning")
+    trip = next(t for t in (guard.feed(text[i : i + 32]) for i in range(0, len(text), 32)) if t)
+    assert trip.rule == "cycle"
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_numbers_without_words_are_data(channel: str) -> None:
+    rng = random.Random(1)
+    numbers = "Here are 400 random numbers: " + ", ".join(
+        str(rng.randint(10, 99)) for _ in range(400))
+    table = "Multiplication table of 7:\n" + "".join(f"7 × {n} = {7 * n}\n" for n in range(1, 60))
+    floats = "[" + ", ".join(f"{rng.random():.4f}" for _ in range(300)) + "]"
+    for text in (numbers, table, floats):
+        assert first_trip(CounterCycleDetector(channel=channel), text) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_hard_negatives(channel: str) -> None:
+    rng = random.Random(2)
+    # A numbered list of distinct items, a table with numbered rows, a short training log.
+    fruits = ["Apple", "Banana", "Cherry", "Date", "Elderberry", "Fig", "Grape", "Kiwi",
+              "Lemon", "Mango", "Nectarine", "Orange", "Papaya", "Quince", "Raspberry"]
+    numbered = "".join(f"{i}. {f}: {rng.choice(['sweet', 'tart', 'mild'])} and "
+                       f"{rng.choice(['red', 'yellow', 'green'])}\n"
+                       for i, f in enumerate(fruits * 3, 1))
+    rows = "| # | name | score |\n|---|---|---|\n" + "".join(
+        f"| {i} | {rng.choice(fruits)} | {rng.randint(1, 99)} |\n" for i in range(1, 60))
+    log = "".join(f"Epoch {i}/30 - loss: {rng.random():.4f} - accuracy: {rng.random():.4f}\n"
+                  for i in range(1, 31))
+    for text in (numbered, rows, log):
+        assert first_trip(CounterCycleDetector(channel=channel), text) is None, text[:60]  # type: ignore[arg-type]
+
+
+def test_a_base64_image_attached_twice_is_data() -> None:
+    # CPython's test_email attaches one PNG as Face-1 ... Face-N: periodic once digits read
+    # as 0, and no loop; its units hold no words.
+    path = Path(sysconfig.get_paths()["stdlib"]) / "test" / "test_email" / "test_email.py"
+    if not path.exists():
+        pytest.skip(f"{path} is not installed with this Python")
+    text = path.read_text(encoding="utf-8")
+    loose = CounterCycleConfig(min_word_share=0.0)
+    trip = first_trip(CounterCycleDetector(loose), text)
+    assert trip is not None and word_share(trip.evidence["unit"]) < 0.1
+    assert first_trip(CounterCycleDetector(), text) is None
+
+
+@given(st.text(alphabet="ab 0.\n:é(", min_size=1, max_size=40), st.integers(0, 39))
+def test_word_share_is_the_same_for_every_rotation(unit: str, k: int) -> None:
+    k %= len(unit)
+    assert word_share(unit[k:] + unit[:k]) == pytest.approx(word_share(unit))
+
+
+def test_word_share_examples() -> None:
+    assert word_share("00. Pluto\n") == pytest.approx(5 / 8)
+    assert word_share("0000000000") == 0.0
+    assert word_share("00, ") == 0.0
+    assert word_share("Use a timer: it helps.\n") == 1.0
+
+
+def test_smollm2_runaway_lists() -> None:
+    cut = {}
+    for stream in smollm2_lists():
+        # Every other rule misses these real loops (they are why this rule exists).
+        others = Config().replace(**{"counter_cycle.enabled": False})
+        guard = ChannelGuard("text", others)
+        assert not any(guard.feed(stream.text[i : i + 32])
+                       for i in range(0, len(stream.text), 32)), stream.id
+        trip = first_trip(CounterCycleDetector(channel="text"), stream.text)
+        if trip is not None:
+            cut[stream.id] = trip.at
+            assert trip.at < len(stream.text) // 2 + 500
+    assert set(cut) == {"smollm2-planets", "smollm2-fruits", "smollm2-study-tips",
+                        "smollm2-animals"}
+
+
+def test_off_switch_and_config_errors() -> None:
+    assert Config().replace(**{"counter_cycle.enabled": False}).counter_cycle.enabled is False
+    with pytest.raises(Exception, match=r"counter_cycle.min_word_share"):
+        CounterCycleConfig(min_word_share=1.5)
