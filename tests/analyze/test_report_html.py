@@ -322,6 +322,30 @@ def test_repeating_part_is_highlighted() -> None:
     assert shown_before.endswith(cut.excerpt_before[-200:])
 
 
+def test_a_counted_loop_is_highlighted_by_its_unit_numbers_aside() -> None:
+    from loopbreak._corpus import smollm2_lists
+    from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO
+
+    planets = next(s for s in smollm2_lists() if s.id == "smollm2-planets").text
+
+    def session() -> Iterator[Event]:
+        yield SessionStart("smollm2", "openai-jsonl")
+        yield TurnStart(1)
+        yield RecordedCall(1, 1, _deltas("text", planets), finish="length")
+        yield TurnEnd(1)
+
+    reports = list(analyze_events(session(), "s.jsonl"))
+    (cut,) = [c.cut for c in reports[0].calls if c.cut is not None]
+    assert cut.rule == "counter-cycle"
+    (card,) = _cards(render_html(reports))
+    units = [m for m in _marked(card) if len(m) == cut.evidence["period"]]
+    # Every marked repetition is the same line once its number reads as 0, and the numbers
+    # really differ: what a reader sees is the list ticking over one item.
+    assert len(units) >= 4 and len({u.translate(DIGITS_AS_ZERO) for u in units}) == 1
+    assert len(set(units)) == len(units) and all("Pluto" in u for u in units)
+    assert "its numbers aside" in html.unescape(card)
+
+
 def _synthetic(calls: int, cut_every: int | None) -> SessionReport:
     report = SessionReport("big.jsonl", "big", "dsh")
     for j in range(calls):
