@@ -6,7 +6,7 @@ A small model asked for a list can fall into ``14. Pluto`` / ``15. Pluto`` /
 could find. Read with every digit as ``0`` (a map that keeps every character
 in place, so offsets stay exact), the tail is periodic again: this rule is
 ``cycle`` over that reading, with cycle's period cap and spans, the longer code
-span included.
+span included. Its evidence shows the unit as read (``00. Pluto``).
 
 Data repeats with only its numbers changing for good reasons (a base64 image
 attached twice, ``KEY_F1`` ... ``KEY_F63`` tables, number lists a user asked
