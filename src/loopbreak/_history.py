@@ -152,8 +152,9 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
     for i, m in enumerate(messages):
         if m.role == "user":
             # A user message while the model is working (a host's reminder, a steer) is part
-            # of the turn; only one after the model answered starts a new turn.
-            if not working:
+            # of the turn; only one after the model answered starts a new turn. A note
+            # loopbreak itself added to a request (a steer, a retry's notice) never does.
+            if not working and not is_notice(m.text):
                 session.start_turn()
                 view.cuts_this_turn = 0
                 view.guidance.clear()

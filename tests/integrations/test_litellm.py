@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from loopbreak import Config, ProxyConfig, RecoveryConfig
+from loopbreak import Config, ProxyConfig, RecoveryConfig, StallConfig
 from loopbreak._engine.trip import Trip
 from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_chars
@@ -378,6 +378,11 @@ def test_one_re_ask_per_turn_read_from_the_history() -> None:
     out = _through(hook, _Upstream(chunks), {"model": "deepseek-reasoner", "messages": messages})
     assert not asked and _finishes(out) == ["stop"]
     assert _content(out).startswith("[loopbreak] Your reasoning was cut after")
+    # A note loopbreak itself put into the request (a stall steer) starts no new turn.
+    steered = [*MESSAGES, {"role": "assistant", "content": earlier},
+               {"role": "user", "content": "[loopbreak] Your last 3 model calls only thought."}]
+    out = _through(hook, _Upstream(chunks), {"model": "deepseek-reasoner", "messages": steered})
+    assert not asked and _finishes(out) == ["stop"]
     # A new user message starts a new turn: the re-ask is there again.
     out = _through(hook, _Upstream(chunks), {"model": "deepseek-reasoner", "messages": [
         *messages, {"role": "assistant", "content": "Done."},
@@ -458,6 +463,142 @@ def test_retry_request_per_dialect() -> None:
                            Config(proxy=ProxyConfig(dialect="vllm")))
     assert forced["extra_body"]["chat_template_kwargs"]["enable_thinking"] is False
     assert proxied["messages"] == MESSAGES and "deployment" not in proxied
+
+
+def _failing_history(times: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the config."}]
+    for i in range(times):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "read", "arguments": '{"path": "conf.toml"}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": "Error: ENOENT: no such file: conf.toml"})
+    return messages
+
+
+def _stalled_history() -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Refactor the parser."}]
+    for i in range(3):
+        thought = "".join(f"Idea {i}.{j}: maybe split tokenizer stage {i * 7 + j}. "
+                          for j in range(60))
+        history.append({"role": "assistant", "content": "", "reasoning_content": thought})
+    return history
+
+
+def _pre_call(hook: LoopbreakGuard, messages: list[dict[str, Any]],
+              call_type: str = "completion") -> Any:
+    data = {"model": "deepseek-reasoner", "messages": messages, "stream": True}
+    return asyncio.run(hook.async_pre_call_hook(None, None, data, call_type))
+
+
+def test_pre_call_puts_guidance_into_failing_results() -> None:
+    history = _failing_history(2)
+    sent = _pre_call(LoopbreakGuard(Config()), history)["messages"]
+    assert sent[2]["content"] == "Error: ENOENT: no such file: conf.toml"
+    assert sent[4]["content"].startswith("[loopbreak] This exact call to `read` has now failed 2")
+    assert sent[4]["content"].endswith("Error: ENOENT: no such file: conf.toml")
+    assert history == _failing_history(2)  # the caller's list is not changed
+    # One failure is no pattern yet: nothing changes.
+    assert _pre_call(LoopbreakGuard(Config()), _failing_history(1))["messages"] == \
+        _failing_history(1)
+
+
+def test_pre_call_applies_the_stall_reaction() -> None:
+    sent = _pre_call(LoopbreakGuard(Config()), _stalled_history())["messages"]
+    assert sent[:-1] == _stalled_history()
+    assert sent[-1]["role"] == "user"
+    assert sent[-1]["content"].startswith("[loopbreak] Your last 3 model calls only thought")
+    cancel = LoopbreakGuard(Config(stall=StallConfig(reaction="cancel")))
+    answer = _pre_call(cancel, _stalled_history())
+    assert isinstance(answer, str) and answer.startswith("[loopbreak]")
+    warn = LoopbreakGuard(Config(stall=StallConfig(reaction="warn")))
+    assert _pre_call(warn, _stalled_history())["messages"] == _stalled_history()
+
+
+def test_pre_call_judgement_reaches_the_stream_of_the_same_call() -> None:
+    # The pre-call hook puts guidance into the results; the stream of the same call is still
+    # judged on the history as the client sent it (so the repeated call is denied), and the
+    # judgements it keeps for calls that never stream stay bounded.
+    hook = LoopbreakGuard(Config(), reissue=lambda kwargs: _no_reissue())
+    data = {"model": "m", "messages": _failing_history(3), "litellm_call_id": "call-1"}
+    data = asyncio.run(hook.async_pre_call_hook(None, None, data, "completion"))
+    assert data["messages"] != _failing_history(3)
+    out = _through(hook, _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r")), data)
+    assert _tool_names(out) == [] and _content(out).startswith("[loopbreak] This call to")
+    for i in range(5000):
+        asyncio.run(hook.async_pre_call_hook(None, None, {
+            "messages": [{"role": "user", "content": "hi"}], "litellm_call_id": f"x{i}"},
+            "completion"))
+    assert 0 < len(hook._views) <= 4096
+
+
+async def _no_reissue() -> Any:
+    raise litellm.APIConnectionError(message="refused", llm_provider="openai", model="m")
+
+
+def test_pre_call_leaves_other_routes_alone() -> None:
+    data = _pre_call(LoopbreakGuard(Config()), _failing_history(2), call_type="embedding")
+    assert data["messages"] == _failing_history(2)
+
+
+def _tool_names(chunks: list[Any]) -> list[str]:
+    return [call.function.name for c in chunks for call in (_delta(c, "tool_calls") or [])
+            if call.function and call.function.name]
+
+
+def _calling(name: str, args: str, call_id: str) -> list[Any]:
+    """A model answer that calls one tool, its arguments in two pieces."""
+    return [_chunk(role="assistant", reasoning="Read it again."),
+            _chunk(tools=[_tool(0, args[:5], name=name, id=call_id)]),
+            _chunk(tools=[_tool(0, args[5:])]), _chunk(finish="tool_calls")]
+
+
+def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again() -> None:
+    asked: list[dict[str, Any]] = []
+    again = _calling("glob", '{"pattern": "*.toml"}', "call_g")
+
+    async def reissue(kwargs: dict[str, Any]) -> Any:
+        asked.append(kwargs)
+        return _Upstream(again)
+
+    first = _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r"))
+    request = {"model": "deepseek-reasoner", "messages": _failing_history(3), "stream": True}
+    out = _through(LoopbreakGuard(Config(), reissue=reissue), first, request)
+    assert _tool_names(out) == ["glob"] and _finishes(out) == ["tool_calls"]
+    assert out[-len(again):] == again  # the second answer as it came
+    assert first.closed
+    (kwargs,) = asked
+    denied_call, denial = kwargs["messages"][-2:]
+    assert kwargs["messages"][:-2] == _failing_history(3) and kwargs["stream"] is True
+    assert denied_call["tool_calls"] == [{"id": "call_r", "type": "function", "function": {
+        "name": "read", "arguments": '{"path": "conf.toml"}'}}]
+    assert denial["tool_call_id"] == "call_r"
+    assert denial["content"].startswith("[loopbreak] This call to `read` was not run")
+
+
+def test_a_model_that_insists_gets_a_lawful_end() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def reissue(kwargs: dict[str, Any]) -> Any:
+        asked.append(kwargs)
+        return _Upstream(_calling("read", '{"path": "conf.toml"}', "call_s"))
+
+    request = {"model": "deepseek-reasoner", "messages": _failing_history(3)}
+    out = _through(LoopbreakGuard(Config(), reissue=reissue),
+                   _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r")), request)
+    assert _tool_names(out) == [] and _finishes(out) == ["stop"] and len(asked) == 1
+    assert _content(out).startswith("[loopbreak] This call to `read` was not run")
+
+
+def test_a_held_call_that_may_run_is_relayed_whole() -> None:
+    # The same tool with other arguments is a new call: held until whole, then let through,
+    # with what follows its finish.
+    chunks = [*_calling("read", '{"path": "other.toml"}', "call_o"), _chunk()]
+    upstream = _Upstream(chunks)
+    request = {"model": "deepseek-reasoner", "messages": _failing_history(3)}
+    out = _through(LoopbreakGuard(Config()), upstream, request)
+    assert len(out) == len(chunks) and all(a is b for a, b in zip(out, chunks))
+    assert not upstream.closed
 
 
 # --- the real LiteLLM proxy -------------------------------------------------------------------
@@ -668,3 +809,36 @@ def test_proxy_passes_a_response_that_is_not_streamed(proxy: Proxy) -> None:
     message = response.choices[0].message
     assert message.content == "Done." and _extra(message, "reasoning_content") == CLEAN
     assert response.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.slow
+def test_proxy_steers_failing_tools_and_stalls_from_the_history(proxy: Proxy) -> None:
+    proxy.upstream.reset([Script.openai(text="Let me try another path."),
+                          Script.openai(text="Splitting the tokenizer now.")])
+    client = proxy.client()
+    for history in (_failing_history(2), _stalled_history()):
+        list(client.chat.completions.create(model="deepseek-reasoner", messages=history,
+                                            stream=True))
+    failing, stalled = (r.body["messages"] for r in proxy.upstream.wait_for_requests(2))
+    assert failing[4]["content"].startswith("[loopbreak] This exact call to `read` has now "
+                                            "failed 2")
+    assert stalled[-1]["content"].startswith("[loopbreak] Your last 3 model calls only thought")
+
+
+@pytest.mark.slow
+def test_proxy_denies_a_repeated_failing_call_and_asks_again(proxy: Proxy) -> None:
+    denied = ToolCall.of("read", {"path": "conf.toml"}, id="call_r")
+    other = ToolCall.of("glob", {"pattern": "*.toml"}, id="call_g")
+    proxy.upstream.reset([Script.openai(reasoning="Read it again.", tool_calls=[denied],
+                                        flavour="deepseek"),
+                          Script.openai(tool_calls=[other], flavour="deepseek")])
+    chunks = list(proxy.client().chat.completions.create(
+        model="deepseek-reasoner", messages=_failing_history(3), stream=True))
+    got = _reassembled(chunks)
+    assert got["tool_calls"] == [("call_g", "glob", other.arguments_text)]
+    assert got["finish"] == ["tool_calls"]
+    first, second = proxy.upstream.wait_for_requests(2)
+    assert first.wait(10) and second.wait(10)
+    assert second.body["messages"][-1]["content"].startswith(
+        "[loopbreak] This call to `read` was not run")
+    assert second.body["messages"][-2]["tool_calls"][0]["function"]["name"] == "read"

@@ -21,6 +21,11 @@ LiteLLM proxy's router when the hook runs inside one, and its answer continues
 the same client stream, judged like the first. "Once per turn" is read from
 the request's history (the notices of earlier cuts are in it).
 
+Its ``async_pre_call_hook`` judges each chat request's history as the proxy
+does: tool-failure guidance in this turn's failing results, the stall rule's
+reaction; a tool call that must not run again is held back while it streams
+and, once whole, not relayed: the model is asked once more with the denial.
+
 Load it from the LiteLLM config file::
 
     litellm_settings:
@@ -55,11 +60,11 @@ from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import render, resolve_language
 from loopbreak._engine.trip import Trip
-from loopbreak._history import replay, with_note
+from loopbreak._history import HistoryView, replay, with_denial, with_guidance, with_note
 from loopbreak._requests import thinking_off
 from loopbreak.integrations._deltas import feed_openai_chunk, field
 
-__all__ = ["SETTINGS_KEY", "LoopbreakGuard", "guard", "retry_request"]
+__all__ = ["SETTINGS_KEY", "LoopbreakGuard", "denial_request", "guard", "retry_request"]
 
 SETTINGS_KEY = "loopbreak"
 """The hook's own section under ``callback_settings`` in the LiteLLM config file."""
@@ -86,6 +91,19 @@ def _carries_tool_calls(chunk: Any) -> bool:
         if delta is not None and field(delta, "tool_calls"):
             return True
     return False
+
+
+def _tool_deltas(chunk: Any) -> list[Any]:
+    out: list[Any] = []
+    for choice in field(chunk, "choices") or []:
+        delta = field(choice, "delta")
+        if delta is not None:
+            out.extend(field(delta, "tool_calls") or [])
+    return out
+
+
+def _finishes(chunk: Any) -> bool:
+    return any(field(choice, "finish_reason") for choice in field(chunk, "choices") or [])
 
 
 def _without_finish(chunk: Any) -> Any:
@@ -129,6 +147,9 @@ async def _close(response: Any) -> None:
 # asked for usage (then ``_litellm_strip_stream_usage`` is false).
 _NOT_FORWARDED = frozenset({"litellm_logging_obj", "litellm_call_id", "deployment",
                             "secret_fields", "stream_options"})
+_VIEWS_KEPT = 4096
+# The call types of LiteLLM's chat routes; other routes carry no chat history to judge.
+_CHAT_CALLS = frozenset({"completion", "acompletion"})
 # Where a request says how the model thinks; OpenAI-compatible servers read them from the body.
 _THINKING_KEYS = ("thinking", "chat_template_kwargs", "think", "reasoning", "reasoning_effort")
 
@@ -150,6 +171,28 @@ def _provider_dialect(request_data: Mapping[str, Any]) -> str:
     return "none"
 
 
+def _forwarded(request_data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a request of the hook's own sends of ``request_data``: the client's parameters,
+    without LiteLLM's bookkeeping of the first call."""
+    body = {k: v for k, v in request_data.items()
+            if k not in _NOT_FORWARDED and not k.startswith("_")}
+    if request_data.get("stream_options") and not request_data.get("_litellm_strip_stream_usage"):
+        body["stream_options"] = request_data["stream_options"]
+    body["stream"] = True
+    return body
+
+
+def denial_request(request_data: Mapping[str, Any], calls: list[tuple[str, str, str]],
+                   reasons: dict[str, str]) -> dict[str, Any]:
+    """The keyword arguments that re-ask ``request_data`` after the model's tool ``calls``
+    (id, name, arguments) were denied: the calls and the reason each was not run are added
+    to the history, so the model re-plans knowing why."""
+    body = _forwarded(request_data)
+    body["messages"] = with_denial({"messages": body.get("messages") or []}, "openai", calls,
+                                   reasons)["messages"]
+    return body
+
+
 def retry_request(request_data: Mapping[str, Any], notice: str,
                   config: Config | None = None) -> dict[str, Any]:
     """The keyword arguments that re-ask ``request_data`` (what LiteLLM's proxy handed the
@@ -162,10 +205,7 @@ def retry_request(request_data: Mapping[str, Any], notice: str,
     rest rides in ``extra_body`` to the OpenAI-compatible server.
     """
     config = config or Config()
-    body = {k: v for k, v in request_data.items()
-            if k not in _NOT_FORWARDED and not k.startswith("_")}
-    if request_data.get("stream_options") and not request_data.get("_litellm_strip_stream_usage"):
-        body["stream_options"] = request_data["stream_options"]
+    body = _forwarded(request_data)
     said = dict(body.pop("extra_body", None) or {})
     said.update({k: body.pop(k) for k in _THINKING_KEYS if k in body})
     dialect = config.proxy.dialect
@@ -219,6 +259,10 @@ class LoopbreakGuard(CustomLogger):
         self._config_path = config_path
         self._reissue = reissue or _reissue
         self.trips: collections.deque[Trip] = collections.deque(maxlen=keep_trips)
+        # The history as the client sent it, judged before the pre-call hook put guidance
+        # into it, by LiteLLM's call id, for the stream of the same call (bounded: a call
+        # that never streams leaves its entry to be pushed out).
+        self._views: collections.OrderedDict[str, HistoryView] = collections.OrderedDict()
 
     @property
     def config(self) -> Config:
@@ -239,6 +283,34 @@ class LoopbreakGuard(CustomLogger):
         name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
         return render(name, language, chars=f"{trip.offset:,}", rule=trip.rule)
 
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any],
+                                  call_type: Any) -> dict[str, Any] | str:
+        """Before a chat request leaves the proxy, judge its history as ``loopbreak proxy``
+        does: the tool-failure breaker's guidance goes into this turn's failing results, and
+        the stall rule's reaction applies (``steer``: a note as the newest user text;
+        ``cancel``: the notice, which LiteLLM then returns as the model's whole answer)."""
+        messages = data.get("messages")
+        if call_type not in _CHAT_CALLS or not isinstance(messages, list):
+            return data
+        config = self.config
+        view = replay({"messages": messages}, "openai", config)
+        call_id = data.get("litellm_call_id")
+        if isinstance(call_id, str):
+            self._views[call_id] = view
+            while len(self._views) > _VIEWS_KEPT:
+                self._views.popitem(last=False)
+        messages = with_guidance({"messages": messages}, view)["messages"]
+        reaction = view.reaction
+        if reaction is not None:
+            log.warning("loopbreak: %s model calls in a row stalled on %s: %s",
+                        config.stall.max_stalled_calls, data.get("model", "?"), reaction.kind)
+            if reaction.kind == "cancel":
+                return reaction.notice
+            if reaction.kind == "steer":
+                messages = with_note({"messages": messages}, "openai", reaction.notice)["messages"]
+        data["messages"] = messages
+        return data
+
     def may_retry(self, trip: Trip, request_data: Mapping[str, Any]) -> bool:
         """Whether ``trip`` is re-asked without thinking: a reasoning loop, ``retry``
         configured, and this turn's earlier cuts (read from the history) under the budget."""
@@ -255,35 +327,89 @@ class LoopbreakGuard(CustomLogger):
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any],
     ) -> AsyncGenerator[Any, None]:
         """Pass the chunks of one stream on as they come; end it lawfully on a trip, after
-        one re-ask without thinking where that is configured."""
+        one re-ask without thinking where that is configured. A tool call the history says
+        must not run again is held back until the call is whole, then not relayed: the model
+        is asked once more with the denial as context (if it insists, the stream ends with
+        the reason)."""
         config = self.config
+        view = self._view(request_data)
         stream: AsyncIterator[Any] = response
-        retried = False
+        retried = reasked = False
         try:
             while True:
                 call = CallGuard(config)
                 trip: Trip | None = None
                 chunk: Any = None
+                held: list[Any] | None = None  # chunks kept back for a denial check
+                ids: dict[Any, str] = {}
+                tools_sent = False
+                denied: dict[str, str] = {}
                 async for chunk in stream:
                     trip = feed_openai_chunk(call, chunk)
                     if trip is not None:
                         break
-                    yield chunk
-                if trip is None:
+                    deltas = _tool_deltas(chunk)
+                    for delta in deltas:
+                        key, tool_id = field(delta, "index"), field(delta, "id")
+                        if isinstance(tool_id, str) and tool_id:
+                            ids[key if key is not None else tool_id] = tool_id
+                    if held is None and view is not None and any(
+                            view.may_deny(r.name) for r in call.tool_calls):
+                        held = []
+                    if held is None:
+                        tools_sent = tools_sent or bool(deltas)
+                        yield chunk
+                        continue
+                    held.append(chunk)
+                    if _finishes(chunk):
+                        break
+                calls = [(self._call_id(r.key, ids), r.name, r.arguments)
+                         for r in call.tool_calls]
+                if trip is None and held is not None and view is not None:
+                    denied = {cid: reason for cid, name, args in calls
+                              if (reason := view.denied(name, args)) is not None}
+                    if not denied:
+                        for kept in held:
+                            yield kept
+                        async for rest in stream:  # what follows the finish (usage)
+                            yield rest
+                        return
+                elif trip is None:
                     return
                 # Stop reading, and close: that is what stops generation upstream.
                 await _close(stream)
+                if trip is None:
+                    # A held call was denied: it is not relayed; the model plans again.
+                    reasons = {cid: denied.get(cid, "[loopbreak] not run: another call in the "
+                                                    "same response was denied")
+                               for cid, _, _ in calls}
+                    reason = next(iter(denied.values()))
+                    log.warning("loopbreak denied a repeated failing tool call of %s",
+                                request_data.get("model", "?"))
+                    if reasked:
+                        yield _final_chunk(chunk, reason, "stop")
+                        return
+                    reasked = True
+                    try:
+                        stream = await self._reissue(denial_request(request_data, calls, reasons))
+                    except Exception as exc:  # the stream must still end lawfully
+                        log.warning("loopbreak's re-ask after a denial failed: %r", exc)
+                        yield _final_chunk(chunk, reason, "stop")
+                        return
+                    continue
                 self.trips.append(trip)
                 log.warning("loopbreak cut a looping %s stream of %s (%s) after %s characters",
                             trip.channel, request_data.get("model", "?"), trip.rule,
                             f"{trip.offset:,}")
-                if _carries_tool_calls(chunk):
+                if held is None and _carries_tool_calls(chunk):
                     # This chunk completes a tool call (its finish released the trip): it goes
                     # out, without its finish.
+                    tools_sent = True
                     yield _without_finish(chunk)
                 notice = self.notice(trip, request_data)
                 shown = notice if config.recovery.notice else None
-                if not retried and not call.tool_calls and self.may_retry(trip, request_data):
+                if not retried and not tools_sent and held is None \
+                        and self.may_retry(trip, request_data):
                     retried = True
                     # The notice goes out first: the client's history keeps it, which is how the
                     # next request of this turn knows a retry was spent.
@@ -296,13 +422,29 @@ class LoopbreakGuard(CustomLogger):
                         yield _final_chunk(chunk, None, "stop")
                         return
                     continue
-                yield _final_chunk(chunk, shown, "tool_calls" if call.tool_calls else "stop")
+                yield _final_chunk(chunk, shown, "tool_calls" if tools_sent else "stop")
                 return
         finally:
             # A re-ask is this hook's own stream: a client that leaves mid-answer must not
             # leave it generating.
             if stream is not response:
                 await _close(stream)
+
+    def _view(self, request_data: Mapping[str, Any]) -> HistoryView | None:
+        """The request's history replayed: the pre-call hook's judgement of the history as
+        the client sent it, else the history as it is here."""
+        call_id = request_data.get("litellm_call_id")
+        view = self._views.pop(call_id, None) if isinstance(call_id, str) else None
+        if view is not None:
+            return view
+        messages = request_data.get("messages")
+        if not isinstance(messages, list):
+            return None
+        return replay({"messages": messages}, "openai", self.config)
+
+    @staticmethod
+    def _call_id(key: Any, ids: Mapping[Any, str]) -> str:
+        return ids.get(key) or f"call_loopbreak_{key}"
 
 
 guard = LoopbreakGuard()
