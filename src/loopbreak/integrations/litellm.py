@@ -147,6 +147,7 @@ async def _close(response: Any) -> None:
 # asked for usage (then ``_litellm_strip_stream_usage`` is false).
 _NOT_FORWARDED = frozenset({"litellm_logging_obj", "litellm_call_id", "deployment",
                             "secret_fields", "stream_options"})
+# How many pre-call judgements wait for the stream of their call.
 _VIEWS_KEPT = 4096
 # The call types of LiteLLM's chat routes; other routes carry no chat history to judge.
 _CHAT_CALLS = frozenset({"completion", "acompletion"})
@@ -220,7 +221,6 @@ def retry_request(request_data: Mapping[str, Any], notice: str,
     body.update({k: said.pop(k) for k in named if k in said})
     if said:
         body["extra_body"] = said
-    body["stream"] = True
     # Only the messages are copied: the rest may hold live objects (LiteLLM's HTTP session).
     body["messages"] = with_note({"messages": body.get("messages") or []}, "openai",
                                  notice)["messages"]
@@ -243,7 +243,7 @@ class LoopbreakGuard(CustomLogger):
     ``config`` fixes the configuration; otherwise ``config_path`` names a TOML
     file; otherwise the LiteLLM config's ``callback_settings: loopbreak: config:``
     does; otherwise ``loopbreak.load_config()`` decides (``$LOOPBREAK_CONFIG``,
-    ``LOOPBREAK_*`` variables, defaults). It is read once, at the first stream.
+    ``LOOPBREAK_*`` variables, defaults). It is read once, at the first request.
     ``trips`` holds the latest trips (at most ``keep_trips``), newest last.
     ``reissue`` sends a re-ask (the keyword arguments of ``litellm.acompletion``) and
     returns its stream; by default the LiteLLM proxy's router, else ``litellm.acompletion``.
