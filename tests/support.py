@@ -207,3 +207,15 @@ class ByteTokenizer:
 
 
 BYTES = ByteTokenizer()
+
+
+def failing_tool_history(times: int) -> list[dict[str, Any]]:
+    """An OpenAI-style history in which the same ``read`` call failed ``times`` times."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the config."}]
+    for i in range(times):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "read", "arguments": '{"path": "conf.toml"}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": "Error: ENOENT: no such file: conf.toml"})
+    return messages

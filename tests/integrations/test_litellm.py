@@ -44,6 +44,7 @@ from litellm.types.utils import (  # noqa: E402
 )
 
 from loopbreak.integrations.litellm import LoopbreakGuard, guard  # noqa: E402
+from support import failing_tool_history  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "docs" / "integrations" / "litellm.md").read_text(encoding="utf-8")
@@ -465,17 +466,6 @@ def test_retry_request_per_dialect() -> None:
     assert proxied["messages"] == MESSAGES and "deployment" not in proxied
 
 
-def _failing_history(times: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the config."}]
-    for i in range(times):
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "read", "arguments": '{"path": "conf.toml"}'}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{i}",
-                         "content": "Error: ENOENT: no such file: conf.toml"})
-    return messages
-
-
 def _stalled_history() -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = [{"role": "user", "content": "Refactor the parser."}]
     for i in range(3):
@@ -492,15 +482,15 @@ def _pre_call(hook: LoopbreakGuard, messages: list[dict[str, Any]],
 
 
 def test_pre_call_puts_guidance_into_failing_results() -> None:
-    history = _failing_history(2)
+    history = failing_tool_history(2)
     sent = _pre_call(LoopbreakGuard(Config()), history)["messages"]
     assert sent[2]["content"] == "Error: ENOENT: no such file: conf.toml"
     assert sent[4]["content"].startswith("[loopbreak] This exact call to `read` has now failed 2")
     assert sent[4]["content"].endswith("Error: ENOENT: no such file: conf.toml")
-    assert history == _failing_history(2)  # the caller's list is not changed
+    assert history == failing_tool_history(2)  # the caller's list is not changed
     # One failure is no pattern yet: nothing changes.
-    assert _pre_call(LoopbreakGuard(Config()), _failing_history(1))["messages"] == \
-        _failing_history(1)
+    assert _pre_call(LoopbreakGuard(Config()), failing_tool_history(1))["messages"] == \
+        failing_tool_history(1)
 
 
 def test_pre_call_applies_the_stall_reaction() -> None:
@@ -520,9 +510,9 @@ def test_pre_call_judgement_reaches_the_stream_of_the_same_call() -> None:
     # judged on the history as the client sent it (so the repeated call is denied), and the
     # judgements it keeps for calls that never stream stay bounded.
     hook = LoopbreakGuard(Config(), reissue=lambda kwargs: _no_reissue())
-    data = {"model": "m", "messages": _failing_history(3), "litellm_call_id": "call-1"}
+    data = {"model": "m", "messages": failing_tool_history(3), "litellm_call_id": "call-1"}
     data = asyncio.run(hook.async_pre_call_hook(None, None, data, "completion"))
-    assert data["messages"] != _failing_history(3)
+    assert data["messages"] != failing_tool_history(3)
     out = _through(hook, _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r")), data)
     assert _tool_names(out) == [] and _content(out).startswith("[loopbreak] This call to")
     for i in range(5000):
@@ -537,8 +527,8 @@ async def _no_reissue() -> Any:
 
 
 def test_pre_call_leaves_other_routes_alone() -> None:
-    data = _pre_call(LoopbreakGuard(Config()), _failing_history(2), call_type="embedding")
-    assert data["messages"] == _failing_history(2)
+    data = _pre_call(LoopbreakGuard(Config()), failing_tool_history(2), call_type="embedding")
+    assert data["messages"] == failing_tool_history(2)
 
 
 def _tool_names(chunks: list[Any]) -> list[str]:
@@ -562,14 +552,14 @@ def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again() -> None:
         return _Upstream(again)
 
     first = _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r"))
-    request = {"model": "deepseek-reasoner", "messages": _failing_history(3), "stream": True}
+    request = {"model": "deepseek-reasoner", "messages": failing_tool_history(3), "stream": True}
     out = _through(LoopbreakGuard(Config(), reissue=reissue), first, request)
     assert _tool_names(out) == ["glob"] and _finishes(out) == ["tool_calls"]
     assert out[-len(again):] == again  # the second answer as it came
     assert first.closed
     (kwargs,) = asked
     denied_call, denial = kwargs["messages"][-2:]
-    assert kwargs["messages"][:-2] == _failing_history(3) and kwargs["stream"] is True
+    assert kwargs["messages"][:-2] == failing_tool_history(3) and kwargs["stream"] is True
     assert denied_call["tool_calls"] == [{"id": "call_r", "type": "function", "function": {
         "name": "read", "arguments": '{"path": "conf.toml"}'}}]
     assert denial["tool_call_id"] == "call_r"
@@ -583,7 +573,7 @@ def test_a_model_that_insists_gets_a_lawful_end() -> None:
         asked.append(kwargs)
         return _Upstream(_calling("read", '{"path": "conf.toml"}', "call_s"))
 
-    request = {"model": "deepseek-reasoner", "messages": _failing_history(3)}
+    request = {"model": "deepseek-reasoner", "messages": failing_tool_history(3)}
     out = _through(LoopbreakGuard(Config(), reissue=reissue),
                    _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r")), request)
     assert _tool_names(out) == [] and _finishes(out) == ["stop"] and len(asked) == 1
@@ -595,7 +585,7 @@ def test_a_held_call_that_may_run_is_relayed_whole() -> None:
     # with what follows its finish.
     chunks = [*_calling("read", '{"path": "other.toml"}', "call_o"), _chunk()]
     upstream = _Upstream(chunks)
-    request = {"model": "deepseek-reasoner", "messages": _failing_history(3)}
+    request = {"model": "deepseek-reasoner", "messages": failing_tool_history(3)}
     out = _through(LoopbreakGuard(Config()), upstream, request)
     assert len(out) == len(chunks) and all(a is b for a, b in zip(out, chunks))
     assert not upstream.closed
@@ -816,7 +806,7 @@ def test_proxy_steers_failing_tools_and_stalls_from_the_history(proxy: Proxy) ->
     proxy.upstream.reset([Script.openai(text="Let me try another path."),
                           Script.openai(text="Splitting the tokenizer now.")])
     client = proxy.client()
-    for history in (_failing_history(2), _stalled_history()):
+    for history in (failing_tool_history(2), _stalled_history()):
         list(client.chat.completions.create(model="deepseek-reasoner", messages=history,
                                             stream=True))
     failing, stalled = (r.body["messages"] for r in proxy.upstream.wait_for_requests(2))
@@ -833,7 +823,7 @@ def test_proxy_denies_a_repeated_failing_call_and_asks_again(proxy: Proxy) -> No
                                         flavour="deepseek"),
                           Script.openai(tool_calls=[other], flavour="deepseek")])
     chunks = list(proxy.client().chat.completions.create(
-        model="deepseek-reasoner", messages=_failing_history(3), stream=True))
+        model="deepseek-reasoner", messages=failing_tool_history(3), stream=True))
     got = _reassembled(chunks)
     assert got["tool_calls"] == [("call_g", "glob", other.arguments_text)]
     assert got["finish"] == ["tool_calls"]

@@ -15,7 +15,7 @@ from loopbreak import Config
 from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.proxy.server import ProxyServer
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall
-from support import ProxyFactory
+from support import ProxyFactory, failing_tool_history
 
 LOOP = verbatim_loop().text
 ANSWER = "Here is the answer without thinking."
@@ -101,7 +101,7 @@ def test_a_hosts_reminder_does_not_start_a_new_turn(upstream: ScriptedUpstream,
                                                     proxy: ProxyServer) -> None:
     """DeepSeek Harness appends a user-role reminder after repeated tool calls; the failures
     before it still count in the same turn."""
-    history = _failing_history(3)
+    history = failing_tool_history(3)
     history.insert(-2, {"role": "user", "content": "You are repeating the exact same tool call."})
     upstream.enqueue(Script.openai(tool_calls=[ToolCall.of("read", '{"path": "conf.toml"}')]),
                      Script.openai(text="Trying another way."))
@@ -199,21 +199,10 @@ def test_a_cut_never_lands_inside_an_open_tool_call(upstream: ScriptedUpstream,
     assert result["finish"] == "stop" and "Your output was cut" in result["text"]
 
 
-def _failing_history(times: int) -> list[dict]:  # type: ignore[type-arg]
-    messages: list[dict] = [{"role": "user", "content": "Read the config."}]  # type: ignore[type-arg]
-    for i in range(times):
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "read", "arguments": '{"path": "conf.toml"}'}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{i}",
-                         "content": "Error: ENOENT: no such file: conf.toml"})
-    return messages
-
-
 def test_failing_tool_results_carry_guidance_upstream(upstream: ScriptedUpstream,
                                                       proxy: ProxyServer) -> None:
     upstream.enqueue(Script.openai(text="Let me try another path."))
-    _ask(proxy, _failing_history(2))
+    _ask(proxy, failing_tool_history(2))
     sent = upstream.wait_for_requests(1)[0].body["messages"]
     assert sent[2]["content"] == "Error: ENOENT: no such file: conf.toml"
     assert sent[4]["content"].startswith("[loopbreak] This exact call to `read` has now failed 2")
@@ -225,7 +214,7 @@ def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again(
     denied = ToolCall.of("read", '{"path": "conf.toml"}')
     upstream.enqueue(Script.openai(reasoning="Read it again.", tool_calls=[denied]),
                      Script.openai(tool_calls=[ToolCall.of("glob", '{"pattern": "*.toml"}')]))
-    result = _ask(proxy, _failing_history(3))
+    result = _ask(proxy, failing_tool_history(3))
     assert [c["name"] for c in result["tools"].values()] == ["glob"]
     assert result["finish"] == "tool_calls"
     reask = upstream.wait_for_requests(2)[1].body["messages"]
@@ -237,7 +226,7 @@ def test_a_model_that_insists_gets_a_lawful_end(upstream: ScriptedUpstream,
                                                 proxy: ProxyServer) -> None:
     denied = ToolCall.of("read", '{"path": "conf.toml"}')
     upstream.enqueue(Script.openai(tool_calls=[denied]), Script.openai(tool_calls=[denied]))
-    result = _ask(proxy, _failing_history(3))
+    result = _ask(proxy, failing_tool_history(3))
     assert result["tools"] == {} and result["finish"] == "stop"
     assert result["text"].startswith("[loopbreak] This call to `read` was not run")
     assert len(upstream.requests) == 2

@@ -390,12 +390,12 @@ class LoopbreakGuard(CustomLogger):
                         yield _final_chunk(chunk, reason, "stop")
                         return
                     reasked = True
-                    try:
-                        stream = await self._reissue(denial_request(request_data, calls, reasons))
-                    except Exception as exc:  # the stream must still end lawfully
-                        log.warning("loopbreak's re-ask after a denial failed: %r", exc)
+                    again = await self._reask(denial_request(request_data, calls, reasons),
+                                              "after a denial")
+                    if again is None:
                         yield _final_chunk(chunk, reason, "stop")
                         return
+                    stream = again
                     continue
                 self.trips.append(trip)
                 log.warning("loopbreak cut a looping %s stream of %s (%s) after %s characters",
@@ -415,12 +415,12 @@ class LoopbreakGuard(CustomLogger):
                     # next request of this turn knows a retry was spent.
                     if shown:
                         yield _final_chunk(chunk, shown + "\n\n", None)
-                    try:
-                        stream = await self._reissue(retry_request(request_data, notice, config))
-                    except Exception as exc:  # the stream must still end lawfully
-                        log.warning("loopbreak's re-ask without thinking failed: %r", exc)
+                    again = await self._reask(retry_request(request_data, notice, config),
+                                              "without thinking")
+                    if again is None:
                         yield _final_chunk(chunk, None, "stop")
                         return
+                    stream = again
                     continue
                 yield _final_chunk(chunk, shown, "tool_calls" if tools_sent else "stop")
                 return
@@ -429,6 +429,16 @@ class LoopbreakGuard(CustomLogger):
             # leave it generating.
             if stream is not response:
                 await _close(stream)
+
+    async def _reask(self, kwargs: dict[str, Any], what: str) -> AsyncIterator[Any] | None:
+        """The stream of a re-ask, or ``None`` (logged) when it could not be sent: the client's
+        stream must still end lawfully."""
+        try:
+            stream: AsyncIterator[Any] = await self._reissue(kwargs)
+        except Exception as exc:
+            log.warning("loopbreak's re-ask %s failed: %r", what, exc)
+            return None
+        return stream
 
     def _view(self, request_data: Mapping[str, Any]) -> HistoryView | None:
         """The request's history replayed: the pre-call hook's judgement of the history as
