@@ -1,12 +1,20 @@
-"""Shared fixtures: where the real corpus is, and helpers to feed streams."""
+"""Shared fixtures: where the real corpus is, and a scripted upstream on 127.0.0.1."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from loopbreak.testing import ScriptedUpstream
 from support import real_corpus
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as up:
+        yield up
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,12 +26,6 @@ from support import point_openai_at, run_doc_example
 LOOP = verbatim_loop().text
 NOTICE = "[loopbreak] Your reasoning was cut"
 QUESTION = {"messages": [{"role": "user", "content": "Fix the retry in put_chunk."}]}
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 def _model(up: ScriptedUpstream, **kwargs: Any) -> ChatOpenAI:

@@ -240,12 +240,6 @@ def test_litellm_loads_the_instance_the_docs_name() -> None:
     assert "async_post_call_streaming_iterator_hook" in type(guard).__dict__
 
 
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
 def _direct_request(up: ScriptedUpstream, messages: list[dict[str, Any]] | None = None,
                     model: str = "openai/deepseek-reasoner") -> dict[str, Any]:
     """The keyword arguments of a direct ``litellm.acompletion`` stream from ``up``: what

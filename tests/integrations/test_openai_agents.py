@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,6 @@ SDK_ERROR = "An error occurred while running the tool. Please try again."
 MISSING = "/srv/app/settings.toml"
 ANSWER = "The settings file does not exist, so nothing sets the timeout."
 NO_TRACING = RunConfig(tracing_disabled=True)
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 def read_call(path: str = MISSING, id: str | None = None) -> Script:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -20,12 +19,6 @@ from support import point_openai_at, run_doc_example
 
 LOOP = verbatim_loop().text
 MESSAGES = [{"role": "user", "content": "Fix the retry."}]
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 def _client(up: ScriptedUpstream) -> openai.OpenAI:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,6 @@ MISSING = "/srv/app/settings.toml"
 ERROR = f"No such file or directory: '{MISSING}'"
 ANSWER = "The settings file does not exist, so nothing sets the timeout."
 DENIAL = render("tool.denied", tool="read_file", failures=3)
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 def read_call(path: str = MISSING, id: str | None = None) -> Script:

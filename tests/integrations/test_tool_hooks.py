@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,12 +163,6 @@ def test_replace_mode_shows_only_the_guidance() -> None:
 
 
 # The README section's example, run as written against the scripted upstream.
-
-
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
 
 
 def tool_messages(up: ScriptedUpstream) -> list[str]:

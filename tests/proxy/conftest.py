@@ -12,12 +12,6 @@ from loopbreak.testing import ScriptedUpstream
 
 
 @pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    with ScriptedUpstream() as up:
-        yield up
-
-
-@pytest.fixture
 def proxy_for(upstream: ScriptedUpstream) -> Iterator[Callable[..., ProxyServer]]:
     started: list[ProxyServer] = []
 

@@ -311,17 +311,13 @@ class LoopbreakGuard(CustomLogger):
         data["messages"] = messages
         return data
 
-    def may_retry(self, trip: Trip, request_data: Mapping[str, Any]) -> bool:
+    def _may_retry(self, trip: Trip, view: HistoryView | None) -> bool:
         """Whether ``trip`` is re-asked without thinking: a reasoning loop, ``retry``
         configured, and this turn's earlier cuts (read from the history) under the budget."""
         recovery = self.config.recovery
-        if recovery.on_trip != "retry" or trip.channel != "reasoning":
+        if view is None or recovery.on_trip != "retry" or trip.channel != "reasoning":
             return False
-        messages = request_data.get("messages")
-        if not isinstance(messages, list):
-            return False
-        cuts = replay({"messages": messages}, "openai", self.config).cuts_this_turn
-        return cuts < recovery.retries_per_turn
+        return view.cuts_this_turn < recovery.retries_per_turn
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any],
@@ -409,7 +405,7 @@ class LoopbreakGuard(CustomLogger):
                 notice = self.notice(trip, request_data)
                 shown = notice if config.recovery.notice else None
                 if not retried and not tools_sent and held is None \
-                        and self.may_retry(trip, request_data):
+                        and self._may_retry(trip, view):
                     retried = True
                     # The notice goes out first: the client's history keeps it, which is how the
                     # next request of this turn knows a retry was spent.
