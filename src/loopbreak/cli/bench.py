@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loopbreak._bench import (
     QUICK,
@@ -86,19 +86,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help=f"{helps[name]} (default {default:g}; --quick {quick:g})")
 
 
-def settings_from(args: argparse.Namespace) -> BenchSettings:
-    """The preset (default or ``--quick``) with the options given on top."""
-    base = QUICK if args.quick else DEFAULT
-    changes: dict[str, Any] = {"delta_chars": args.delta_chars}
-    for option, name in (("seconds", "min_seconds"), ("clean_chars", "clean_chars"),
-                         ("far_chars", "far_chars"), ("stream_seconds", "stream_seconds")):
-        value = getattr(args, option)
+_SettingsT = TypeVar("_SettingsT", "BenchSettings", "ProxyBenchSettings")
+
+
+def _given(base: _SettingsT, args: argparse.Namespace, options: tuple[tuple[str, str], ...],
+           changes: dict[str, Any], command: str) -> _SettingsT:
+    """``base`` with ``changes`` and every option given on the command line (option name,
+    settings field), each checked by the settings themselves."""
+    for option, name in options:
+        value = getattr(args, option, None)
         if value is not None:
             changes[name] = value
     try:
         return dataclasses.replace(base, **changes)
     except InputError as exc:
-        raise InputError(f"bench: {exc}") from None
+        raise InputError(f"{command}: {exc}") from None
+
+
+_OPTIONS = (("seconds", "min_seconds"), ("clean_chars", "clean_chars"),
+            ("far_chars", "far_chars"), ("stream_seconds", "stream_seconds"))
+
+
+def settings_from(args: argparse.Namespace) -> BenchSettings:
+    """The preset (default or ``--quick``) with the options given on top."""
+    return _given(QUICK if args.quick else DEFAULT, args, _OPTIONS,
+                  {"delta_chars": args.delta_chars}, "bench")
 
 
 def _measure(settings: BenchSettings, args: argparse.Namespace) -> BenchReport:
@@ -127,16 +139,8 @@ def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
     from loopbreak._bench_proxy import QUICK as PROXY_QUICK
     from loopbreak._bench_proxy import ProxyBenchSettings
 
-    base = PROXY_QUICK if args.quick else ProxyBenchSettings()
-    changes: dict[str, Any] = {"relay": not args.no_peers}
-    for option, name in _PROXY_OPTIONS:
-        value = getattr(args, option, None)
-        if value is not None:
-            changes[name] = value
-    try:
-        return dataclasses.replace(base, **changes)
-    except InputError as exc:
-        raise InputError(f"bench --proxy: {exc}") from None
+    return _given(PROXY_QUICK if args.quick else ProxyBenchSettings(), args, _PROXY_OPTIONS,
+                  {"relay": not args.no_peers}, "bench --proxy")
 
 
 def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> ProxyBenchReport:
