@@ -17,7 +17,7 @@ window) run every setting over every stream.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +26,15 @@ from loopbreak._config import Config
 from loopbreak._corpus import SMOLLM2_LISTS, LabelledStream
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
+    CharRunDetector,
+    ControlTokensDetector,
     CounterCycleDetector,
     CycleDetector,
     DegeneracyDetector,
     IdenticalChunksDetector,
     LinesDetector,
+    ProgressionDetector,
+    StaleWordsDetector,
 )
 from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, iter_deltas
 from loopbreak._engine.trip import Channel, Detector, Trip
@@ -44,6 +48,10 @@ FACTORIES: dict[str, DetectorFactory] = {
     "counter-cycle": lambda c, ch: CounterCycleDetector(c.counter_cycle, c.cycle, ch),
     "lines": lambda c, ch: LinesDetector(c.lines, ch),
     "identical-chunks": lambda c, ch: IdenticalChunksDetector(c.identical_chunks, ch),
+    "char-run": lambda c, ch: CharRunDetector(c.char_run, ch),
+    "control-tokens": lambda c, ch: ControlTokensDetector(c.control_tokens, ch),
+    "progression": lambda c, ch: ProgressionDetector(c.progression, ch),
+    "stale-words": lambda c, ch: StaleWordsDetector(c.stale_words, ch),
 }
 
 
@@ -61,9 +69,13 @@ class Sweep:
     fixed: dict[str, Any] = field(default_factory=dict)
 
     def aims_at(self, stream: LabelledStream) -> bool:
-        """Whether ``stream`` is a loop shape this rule exists to catch (by id or group).
-        Loops from a user's labelled file (group: the file's name) count for every rule."""
+        """Whether ``stream`` is a loop shape this rule exists to catch (by id, group or
+        labelled kind) on this sweep's channel. Loops from a user's labelled file (group:
+        the file's name) count for every rule."""
+        if stream.channel != self.channel and stream.kind is not None:
+            return False
         return stream.id in self.targets or stream.group in self.targets \
+            or (stream.kind is not None and stream.kind in self.targets) \
             or stream.group.endswith(".jsonl")
 
     def settings(self) -> list[dict[str, Any]]:
@@ -172,11 +184,15 @@ def _get(config: Config, key: str) -> Any:
 
 # The loop shapes each rule exists for (stream ids or groups). A rule is not
 # charged with missing a shape another rule owns: a symbol flood has no period.
-_PERIODIC = ("bleed-loops", "stalls", "verbatim", "block-aligned", "answer-loop")
-_POOLS = ("bleed-loops", "line-bleeds", "phrase-pool", "cjk-pool")
+_PERIODIC = ("bleed-loops", "stalls", "verbatim", "block-aligned", "answer-loop",
+             "long-period")
+_POOLS = ("bleed-loops", "line-bleeds", "phrase-pool", "cjk-pool", "pool")
 _COUNTED = ("counter", SMOLLM2_LISTS)
 _NEAR_VERBATIM = ("bleed-loops", "line-bleeds", "verbatim", "counter", "cjk-pool",
-                  "block-aligned")
+                  "block-aligned", "long-period")
+_FLOODS = ("star-flood", "emoji-flood", "flood")
+_TEXT_SHAPES = ("verbatim", "long-period", "paraphrase", "pool", "counter", "word-run",
+                "flood")
 
 
 def standard_sweeps() -> list[Sweep]:
@@ -191,14 +207,37 @@ def standard_sweeps() -> list[Sweep]:
         Sweep("cycle (text)", "cycle", "text",
               ("cycle.min_span_text", "cycle.min_span_code"),
               ((128, 192, 256, 320, 384), spans), (128, 768), _PERIODIC),
-        Sweep("cycle period cap", "cycle", "reasoning", ("cycle.max_period",),
-              ((64, 128, 256, 384, 512, 1024),), (1024,), _PERIODIC),
+        Sweep("cycle period cap", "cycle", "text", ("cycle.max_period",),
+              ((128, 512, 1024, 2048, 4096),), (4096,), _PERIODIC),
+        Sweep("cycle third copy (reasoning)", "cycle", "reasoning",
+              ("cycle.past_two_copies_reasoning",), ((0, 64, 128, 192, 256),), (0,), _PERIODIC),
+        Sweep("cycle third copy (text)", "cycle", "text", ("cycle.past_two_copies_text",),
+              ((0, 64, 128, 192, 256),), (0,), _PERIODIC),
         Sweep("counter-cycle word share (reasoning)", "counter-cycle", "reasoning",
               ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
               _COUNTED),
         Sweep("counter-cycle word share (text)", "counter-cycle", "text",
               ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
               _COUNTED),
+        Sweep("counter-cycle numbers per word (text)", "counter-cycle", "text",
+              ("counter_cycle.words_per_number",), ((0.5, 1.0, 2.0, 4.0, 8.0),), (0.5,),
+              _COUNTED),
+        Sweep("counter-cycle span (text)", "counter-cycle", "text",
+              ("counter_cycle.min_span_text",), ((192, 256, 384, 512),), (192,), _COUNTED),
+        Sweep("counter-cycle span (reasoning)", "counter-cycle", "reasoning",
+              ("counter_cycle.min_span_reasoning",), ((384, 512, 768, 1024),), (384,),
+              _COUNTED),
+        Sweep("char-run (text)", "char-run", "text", ("char_run.max_run", "char_run.max_layout_run"),
+              ((128, 192, 256, 384), (384, 512, 768)), (128, 384), _FLOODS),
+        Sweep("control-tokens (text)", "control-tokens", "text", ("control_tokens.min_tokens",),
+              ((4, 8, 12, 16, 24),), (4,), _FLOODS),
+        Sweep("progression (text)", "progression", "text", ("progression.min_terms",),
+              ((32, 64, 96, 128, 192),), (32,), _COUNTED),
+        Sweep("degeneracy (text)", "degeneracy", "text", ("degeneracy.streak",),
+              ((1, 2, 3, 4),), (1,), _FLOODS),
+        Sweep("stale-words (text)", "stale-words", "text",
+              ("stale_words.ngram", "stale_words.window_words", "stale_words.min_stale_share"),
+              ((5, 8), (128, 192), (0.95, 1.0)), None, _TEXT_SHAPES),
         Sweep("lines mass and window (reasoning)", "lines", "reasoning",
               ("lines.min_mass", "lines.window_chars"), (masses, windows), None, _POOLS),
         Sweep("lines coverage and concentration", "lines", "reasoning",
@@ -274,3 +313,155 @@ def run_cases(streams: Sequence[LabelledStream], config: Config | None = None, *
         if pool:
             pool.shutdown()
     return results
+
+
+BOTH_CHANNELS = ("alpaca-eval-strong", "samples", "dsh-loop-guard")
+"""Clean sources that stand in for either channel, as every sweep has used them (the
+standard library is read once per channel by its own loader)."""
+
+
+def clean_for(channel: Channel, clean: Iterable[LabelledStream]) -> list[LabelledStream]:
+    """The clean streams a sweep on ``channel`` is charged with: those of its channel, and
+    the strong AlpacaEval answers, the seed's calls and the project's samples on both."""
+    return [s for s in clean if s.channel == channel or s.source in BOTH_CHANNELS
+            or not s.source]
+
+
+def latency_budget(stream: LabelledStream) -> int | None:
+    """Characters after a loop's start within which it should be cut, by kind: verbatim
+    loops within two periods and 128 (at least 256), floods within 256, pools,
+    paraphrases, counters and word runs within 1,024. ``None`` where the kind is not
+    labelled."""
+    kind, period = stream.kind, stream.period
+    if kind in ("verbatim", "long-period"):
+        return max(256, 2 * period + 128) if period else 1024
+    if kind == "flood":
+        return 256
+    if kind in ("counter", "pool", "paraphrase", "word-run"):
+        return 1024
+    return None
+
+
+def runs_long_enough(stream: LabelledStream) -> bool:
+    """Whether a loop runs past its latency budget before the stream ends, so a guard
+    could be expected to cut it in time (a loop a short answer cut off after 100
+    characters cannot be)."""
+    budget = latency_budget(stream)
+    return budget is None or len(stream.text) - (stream.loop_start or 0) >= budget
+
+
+@dataclass
+class SourceScore:
+    """What the rules did on one source's streams."""
+
+    source: str
+    loops: int = 0
+    cut: int = 0
+    long_enough: int = 0
+    long_enough_cut: int = 0
+    in_budget: int = 0
+    clean: int = 0
+    clean_trips: list[str] = field(default_factory=list)
+    latencies: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def recall(self) -> float | None:
+        return self.cut / self.loops if self.loops else None
+
+    @property
+    def long_enough_recall(self) -> float | None:
+        return self.long_enough_cut / self.long_enough if self.long_enough else None
+
+
+def score_by_source(results: Iterable[CaseResult]) -> dict[str, SourceScore]:
+    """Recall, recall on loops long enough to be cut in time, cuts within the latency
+    budget, latencies by kind and clean trips, per source."""
+    scores: dict[str, SourceScore] = {}
+    for r in results:
+        s = r.stream
+        score = scores.setdefault(s.source or s.group, SourceScore(s.source or s.group))
+        if s.label == "clean":
+            score.clean += 1
+            if r.trip is not None:
+                score.clean_trips.append(s.id)
+            continue
+        score.loops += 1
+        long_enough = runs_long_enough(s)
+        score.long_enough += long_enough
+        if r.trip is None:
+            continue
+        score.cut += 1
+        score.long_enough_cut += long_enough
+        ran = r.trip.at - (s.loop_start or 0)
+        budget = latency_budget(s)
+        score.in_budget += budget is None or ran <= budget
+        score.latencies.setdefault(s.kind or s.group, []).append(ran)
+    return scores
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One source scored under settings chosen on every other source."""
+
+    source: str
+    chosen: dict[str, Any]
+    score: SourceScore
+
+
+def _choose(rows: Sequence[SweepRow], trained: Callable[[str], bool]) -> SweepRow:
+    """The setting a calibration on the ``trained`` streams picks: no clean trip, then
+    fewest missed loops, then the earliest median cut, then the default."""
+    def key(row: SweepRow) -> tuple[int, int, float, bool]:
+        trips = sum(1 for sid in row.clean_trips if trained(sid))
+        misses = sum(1 for sid in row.misses if trained(sid))
+        cuts = [at for sid, at in row.cuts.items() if trained(sid)]
+        median = statistics.median(cuts) if cuts else float("inf")
+        return (trips, misses, median, not row.is_default)
+    return min(rows, key=key)
+
+
+def leave_one_source_out(
+    sweeps: Sequence[Sweep], loops: Sequence[LabelledStream],
+    clean: Mapping[Channel, Sequence[LabelledStream]],
+    *, jobs: int = 1, progress: Callable[[int], None] | None = None,
+) -> list[HeldOut]:
+    """For each source with loops: choose every sweep's setting on all other sources,
+    then judge the held-out source's loops and clean streams with the full guard under
+    those settings. ``clean`` holds the clean streams each channel's sweeps are charged
+    with. The rows of each sweep are computed once; only the choice differs."""
+    every_clean = {(s.source, s.id, s.channel): s for ch in clean.values() for s in ch}
+    source_of = {s.id: s.source or s.group for s in [*loops, *every_clean.values()]}
+    tables = [(sweep, run_sweep(sweep, loops, clean[sweep.channel], jobs=jobs,
+                                progress=progress))
+              for sweep in sweeps]
+    held_out: list[HeldOut] = []
+    for source in sorted({s.source or s.group for s in loops}):
+        def trained(sid: str, source: str = source) -> bool:
+            return source_of.get(sid) != source
+        chosen: dict[str, Any] = {}
+        for _, rows in tables:
+            chosen.update(_choose(rows, trained).setting)
+        config = Config().replace(**chosen)
+        mine = [s for s in [*loops, *every_clean.values()] if (s.source or s.group) == source]
+        score = score_by_source(run_cases(mine, config, jobs=jobs)).get(source,
+                                                                         SourceScore(source))
+        defaults = Config()
+        changed = {k: v for k, v in chosen.items() if _get(defaults, k) != v}
+        held_out.append(HeldOut(source, changed, score))
+    return held_out
+
+
+LOSO_NAMES = (
+    "cycle (text)", "cycle third copy (text)", "cycle third copy (reasoning)",
+    "counter-cycle numbers per word (text)", "counter-cycle span (text)",
+    "counter-cycle span (reasoning)", "char-run (text)", "control-tokens (text)",
+    "degeneracy (text)", "lines mass and window (text)",
+)
+"""The sweeps a leave-one-source-out run re-chooses: every key the development corpus's
+sources can move (the reasoning-only block and degeneracy keys rest on the seed's
+fixtures, which one source holds)."""
+
+
+def loso_sweeps() -> list[Sweep]:
+    """The standard sweeps that ``--loso`` re-chooses per held-out source."""
+    return [s for s in standard_sweeps() if s.name in LOSO_NAMES]

@@ -118,7 +118,9 @@ class BlockRepeatConfig(_Section):
                                        "the streak: 0.7/10 trips no clean stream; 0.7/8 and "
                                        "0.6/10 do.",
                                        low=0.05, high=1.0)
-    novelty_streak: int = _key(10, "Not-new prose blocks in a row that trip low-novelty (0 = off).",
+    novelty_streak: int = _key(12, "Not-new prose blocks in a row that trip low-novelty (0 = off). "
+                                   "10 trips a real Qwen3 trace that weighs the same options "
+                                   "in reworded paragraphs and finishes.",
                                    low=1, high=1000, off=0)
     novelty_streak_code: int = _key(20, "The same when the streak holds a code-shaped block (0 = "
                                         "off). Swept: 14 trips clean code, 16 is the first clean; "
@@ -135,8 +137,8 @@ class DegeneracyConfig(_Section):
     """degeneracy: blocks that carry no meaning (symbol and emoji floods)."""
 
     enabled: bool = _key(True, "Run the degeneracy rule on reasoning.")
-    on_text: bool = _key(False, "Also judge the visible answer; off because cutting what a user "
-                                "reads is a bigger step than cutting a thought.")
+    on_text: bool = _key(True, "Also judge the visible answer: symbol floods end real answers "
+                               "(measured on three MT-bench sources).")
     block_chars: int = _key(128, "Block size (seed's value).",
                                  low=16, high=4096)
     max_meaning_share: float = _key(0.08, "Gate: letters and digits over non-space at most this, "
@@ -178,7 +180,7 @@ class DegeneracyConfig(_Section):
 class CycleConfig(_Section):
     """cycle: the tail of a channel repeats with a period."""
 
-    max_period: int = _key(512, "Longest period looked for; must sit above every measured period "
+    max_period: int = _key(4096, "Longest period looked for; must sit above every measured period "
                                 "(89-443 so far), since a cap below a period fails silently. "
                                 "Swept: 128 misses 3 loops.",
                                 low=2, high=4096, off=0)
@@ -195,6 +197,14 @@ class CycleConfig(_Section):
     min_distinct: int = _key(2, "A unit with fewer distinct characters (====, ----) does not "
                                 "count.",
                                 low=1, high=64)
+    past_two_copies_reasoning: int = _key(192, "Characters of a third copy a unit must show "
+                                               "besides two whole copies, in reasoning: it "
+                                               "restates a long sentence twice, starts it a "
+                                               "third time and turns (a real Qwen3 trace, 130 "
+                                               "characters in).",
+                                          low=0, high=65536)
+    past_two_copies_text: int = _key(128, "The same in the visible answer.",
+                                     low=0, high=65536)
 
 
 @dataclass(frozen=True)
@@ -209,6 +219,18 @@ class CounterCycleConfig(_Section):
                                        "tables). Swept: 0 trips 4 clean stdlib files, "
                                        "0.1-0.5 none and cut the same loops, 0.75 misses 2.",
                                  low=0.0, high=1.0)
+    words_per_number: float = _key(1.0, "A unit may hold max(2, words / this) numbers: a counted "
+                                        "template changes one number, data rows and logs "
+                                        "change many.",
+                                   low=0.5, high=1000.0)
+    min_copies: int = _key(3, "Whole copies of the unit (as read) the tail must hold, besides "
+                              "cycle's third-copy start: a short enumeration (dice totals 3 to 6) "
+                              "repeats its template three or four times and stops.",
+                           low=2, high=64)
+    min_span_reasoning: int = _key(768, "Reasoning tail that must repeat once numbers read as 0.",
+                                   low=16, high=65536)
+    min_span_text: int = _key(256, "Visible-text tail that must repeat once numbers read as 0.",
+                              low=16, high=65536)
 
 
 @dataclass(frozen=True)
@@ -236,6 +258,65 @@ class LinesConfig(_Section):
     max_line_chars: int = _key(1024, "A longer line counts as unique mass and is not stored "
                                      "(memory bound).",
                                      low=16, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class StaleWordsConfig(_Section):
+    """stale-words: the last words repeat word runs said shortly before (long periods,
+    pools, templates), whatever the period. Off by default: see its module."""
+
+    enabled: bool = _key(False, "Run stale-words on the visible answer. Off: on real clean "
+                                "answers it trips 11 of 13,600 at its best setting "
+                                "(2-copy repeats in CJK answers, HTML tables).")
+    on_reasoning: bool = _key(False, "Also judge reasoning: honest re-verification reuses its "
+                                     "own phrases as much as a paraphrase loop does.")
+    ngram: int = _key(8, "Words in a run compared with earlier runs (a CJK character is a "
+                         "word).",
+                      low=1, high=64)
+    window_words: int = _key(128, "Runs judged together: the share of stale ones among the last "
+                                  "this many trips the rule.",
+                             low=8, high=65536)
+    min_stale_share: float = _key(1.0, "Share of the window's runs that occurred before within "
+                                       "the horizon.",
+                                  low=0.0, high=1.0)
+    horizon_words: int = _key(1024, "How many words back an earlier run counts.",
+                              low=8, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class CharRunConfig(_Section):
+    """char-run: one character over and over (floods of a letter, digit or space)."""
+
+    max_run: int = _key(256, "Longest run of one character (0 = off). Clean runs top out at "
+                             "200 ('a' * 200 spelled out in CPython's tests).",
+                        low=16, high=1 << 20, off=0)
+    max_layout_run: int = _key(512, "The same for spaces, tabs and rule characters (- = _ * "
+                                    "...): a padded markdown table holds runs of 379.",
+                               low=16, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class ControlTokensConfig(_Section):
+    """control-tokens: chat-template control tokens (<|im_start|>, <unk>) written as text."""
+
+    min_tokens: int = _key(16, "Control tokens within the window that trip (0 = off); a "
+                               "three-turn ChatML example quotes six.",
+                           low=2, high=4096, off=0)
+    window_chars: int = _key(384, "Characters the tokens are counted over.",
+                             low=16, high=1 << 20)
+
+
+@dataclass(frozen=True)
+class ProgressionConfig(_Section):
+    """progression: a run of numbers counting on with one step and one separator."""
+
+    min_terms: int = _key(128, "Terms of one arithmetic progression that trip (0 = off). Real "
+                               "clean text counts to 33 at most (a reasoning trace listing "
+                               "ages 30..62); a user may ask for 1 to 100.",
+                          low=3, high=1 << 20, off=0)
+    max_separator: int = _key(16, "Longest text between two terms; longer (words in between) "
+                                  "ends the run.",
+                              low=0, high=1024)
 
 
 @dataclass(frozen=True)
@@ -344,6 +425,10 @@ class Config:
     cycle: CycleConfig = field(default_factory=CycleConfig)
     counter_cycle: CounterCycleConfig = field(default_factory=CounterCycleConfig)
     lines: LinesConfig = field(default_factory=LinesConfig)
+    stale_words: StaleWordsConfig = field(default_factory=StaleWordsConfig)
+    char_run: CharRunConfig = field(default_factory=CharRunConfig)
+    progression: ProgressionConfig = field(default_factory=ProgressionConfig)
+    control_tokens: ControlTokensConfig = field(default_factory=ControlTokensConfig)
     identical_chunks: IdenticalChunksConfig = field(default_factory=IdenticalChunksConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     stall: StallConfig = field(default_factory=StallConfig)

@@ -1,18 +1,31 @@
-"""Labelled streams to measure the rules on: the real corpus, clean text on the
+"""Labelled streams to measure the rules on: the real corpora, clean text on the
 machine, and the project's own samples.
 
-The real corpus (``dsh-loop-guard`` fixtures, AlpacaEval answers) is found
-through one setting, ``$LOOPBREAK_CORPUS``, which defaults to ``../shared/corpus``;
-it is read in place and never copied into the project. Clean text that every
-machine has: the Python standard library's sources.
+Three places hold real model output, each read in place:
+
+* the shared corpus (``dsh-loop-guard`` fixtures, AlpacaEval answers, the
+  hand-labelled ``alpaca_loops``), found through ``$LOOPBREAK_CORPUS``, default
+  ``../shared/corpus``, and never copied into the project;
+* the project's development corpus, ``corpus/`` in the repository (one folder
+  per public source, whose licence lets it be redistributed; see its README),
+  found through ``$LOOPBREAK_DEV_CORPUS``;
+* sources whose licence does not let them be committed, kept beside it in
+  ``.corpus-local/`` (``$LOOPBREAK_LOCAL_CORPUS``) on the machines that fetched
+  them, in the same format.
+
+Every stream names its ``source`` (a leave-one-source-out calibration holds one
+out at a time) and, for loops, its ``kind`` and where it starts. Clean text that
+every machine has: the Python standard library's sources.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sysconfig
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +36,13 @@ from loopbreak._samples import clean_samples, data_text, loop_samples
 
 CORPUS_ENV = "LOOPBREAK_CORPUS"
 DEFAULT_CORPUS = Path("..") / "shared" / "corpus"
+DEV_CORPUS_ENV = "LOOPBREAK_DEV_CORPUS"
+DEFAULT_DEV_CORPUS = Path("corpus")
+LOCAL_CORPUS_ENV = "LOOPBREAK_LOCAL_CORPUS"
+DEFAULT_LOCAL_CORPUS = Path(".corpus-local")
+
+LOOP_KINDS = ("verbatim", "long-period", "paraphrase", "pool", "counter", "word-run", "flood")
+"""Loop shapes a labelled loop may name (the development corpus's README defines them)."""
 STRONG_MODELS = ("gpt4_1106_preview", "claude-3-5-sonnet-20240620")
 
 Label = Literal["loop", "clean"]
@@ -30,7 +50,12 @@ Label = Literal["loop", "clean"]
 
 @dataclass(frozen=True)
 class LabelledStream:
-    """A stream with its label; ``loop_start`` where the loop's start is known."""
+    """A stream with its label; ``loop_start`` where the loop's start is known.
+
+    ``group`` names the set a stream came in (what a sweep aims at); ``source`` the
+    public source it came from (what a leave-one-source-out run holds out); ``kind``
+    a loop's shape and ``period`` its exact period, where labelled.
+    """
 
     id: str
     group: str
@@ -38,6 +63,9 @@ class LabelledStream:
     channel: Channel
     text: str
     loop_start: int | None = None
+    source: str = ""
+    kind: str | None = None
+    period: int | None = None
 
 
 def corpus_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -58,6 +86,11 @@ def _load_json(path: Path) -> Any:
 
 def dsh_loop_guard(root: Path) -> Iterator[LabelledStream]:
     """The dsh-loop-guard fixtures: real DeepSeek reasoning, labelled by the seed's authors."""
+    for stream in _dsh_loop_guard(root):
+        yield dataclasses.replace(stream, source="dsh-loop-guard")
+
+
+def _dsh_loop_guard(root: Path) -> Iterator[LabelledStream]:
     base = root / "dsh-loop-guard"
     bleed = _load_json(base / "fixtures-reasoning-bleed.json")
     for item in bleed["loops"]:
@@ -85,7 +118,7 @@ def alpaca_outputs(root: Path, models: tuple[str, ...] = STRONG_MODELS) -> Itera
     for model in models:
         for i, item in enumerate(_load_json(root / "alpaca_eval" / f"{model}.json")):
             yield LabelledStream(f"{model}#{i}", f"alpaca-{model}", "clean", "text",
-                                 item["output"])
+                                 item["output"], source="alpaca-eval-strong")
 
 
 def stdlib_sources(
@@ -102,7 +135,7 @@ def stdlib_sources(
             continue
         for channel in channels:
             yield LabelledStream(str(path.relative_to(root)), f"stdlib-{channel}", "clean",
-                                 channel, text)
+                                 channel, text, source="cpython-stdlib")
 
 
 SMOLLM2_LISTS = "smollm2-lists"
@@ -114,17 +147,100 @@ def smollm2_lists() -> Iterator[LabelledStream]:
     numbers tick (``14. Pluto``, ``15. Pluto``, ...)."""
     for line in data_text("smollm2_lists.jsonl").splitlines():
         row = json.loads(line)
-        yield LabelledStream(row["id"], SMOLLM2_LISTS, "loop", "text", row["text"])
+        yield LabelledStream(row["id"], SMOLLM2_LISTS, "loop", "text", row["text"],
+                             source="smollm2", kind="counter")
+
+
+def alpaca_loops(root: Path) -> Iterator[LabelledStream]:
+    """The 187 hand-labelled AlpacaEval answers of the shared corpus: periodic tails and
+    floods (labelled with where the periodic tail starts), hard loops by kind, and four
+    clean look-alikes."""
+    path = root / "alpaca_loops" / "loops.jsonl"
+    for number, row in enumerate(_jsonl_rows(path), start=1):
+        label = row.get("label")
+        if label not in ("loop", "clean"):
+            raise InputError(f"{path}:{number}: 'label' must be 'loop' or 'clean', not {label!r}")
+        kind = row.get("kind") or ("verbatim" if label == "loop" else None)
+        period = row.get("period")
+        if kind == "verbatim" and isinstance(period, int) and period > 512:
+            kind = "long-period"
+        yield LabelledStream(str(row["id"]), "alpaca-loops", label, "text", row["text"],
+                             row.get("onset"), source="alpaca-loops", kind=kind,
+                             period=period if isinstance(period, int) else None)
+
+
+def dev_corpus_dirs() -> list[Path]:
+    """The development corpus and the local-only one, where they exist."""
+    dirs = [Path(os.environ.get(DEV_CORPUS_ENV) or DEFAULT_DEV_CORPUS),
+            Path(os.environ.get(LOCAL_CORPUS_ENV) or DEFAULT_LOCAL_CORPUS)]
+    return [d for d in dirs if d.is_dir()]
+
+
+def dev_corpus(dirs: list[Path] | None = None) -> Iterator[LabelledStream]:
+    """Every labelled stream of the development corpora: one folder per source, each with
+    ``loops.jsonl.gz`` and ``clean.jsonl.gz``."""
+    for base in dev_corpus_dirs() if dirs is None else dirs:
+        for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+            for name in ("loops.jsonl.gz", "clean.jsonl.gz"):
+                path = folder / name
+                if path.exists():
+                    yield from _dev_rows(path, folder.name)
+
+
+def _dev_rows(path: Path, source: str) -> Iterator[LabelledStream]:
+    from loopbreak._engine.trip import CHANNELS
+
+    for number, row in enumerate(_jsonl_rows(path), start=1):
+        where = f"{path}:{number}"
+        label, channel, kind = row.get("label"), row.get("channel"), row.get("kind")
+        if label not in ("loop", "clean"):
+            raise InputError(f"{where}: 'label' must be 'loop' or 'clean', not {label!r}")
+        if channel not in CHANNELS:
+            raise InputError(f"{where}: unknown channel {channel!r}")
+        if label == "loop" and kind not in LOOP_KINDS:
+            raise InputError(f"{where}: 'kind' must be one of {', '.join(LOOP_KINDS)}, "
+                             f"not {kind!r}")
+        text, onset, period = row.get("text"), row.get("onset"), row.get("period")
+        if not isinstance(text, str):
+            raise InputError(f"{where}: 'text' must be a string")
+        if onset is not None and not (isinstance(onset, int) and 0 <= onset <= len(text)):
+            raise InputError(f"{where}: 'onset' must be a position in the text, not {onset!r}")
+        yield LabelledStream(str(row.get("id")), source, label, channel, text,
+                             onset if label == "loop" else None, source=source,
+                             kind=kind if label == "loop" else None,
+                             period=period if isinstance(period, int) else None)
+
+
+def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a (gzip-compressed) JSONL file; a bad line is a one-line error."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    raise InputError(f"{path}:{number}: invalid JSON: {exc}") from None
+                if not isinstance(row, dict):
+                    raise InputError(f"{path}:{number}: a row must be a JSON object")
+                yield row
+    except FileNotFoundError:
+        raise InputError(f"corpus file not found: {path}") from None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
 
 
 def sample_streams() -> Iterator[LabelledStream]:
     """The project's own generated loops, recorded loops and written clean calls."""
     for sample in loop_samples():
         yield LabelledStream(sample.name, "samples", "loop", sample.channel, sample.text,
-                             sample.loop_start)
+                             sample.loop_start, source="samples")
     yield from smollm2_lists()
     for sample in clean_samples():
-        yield LabelledStream(sample.name, "samples", "clean", sample.channel, sample.text)
+        yield LabelledStream(sample.name, "samples", "clean", sample.channel, sample.text,
+                             source="samples")
 
 
 def labelled_jsonl(path: str | os.PathLike[str]) -> Iterator[LabelledStream]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import sysconfig
 from pathlib import Path
 
@@ -13,25 +14,33 @@ from hypothesis import strategies as st
 from loopbreak import ChannelGuard, Config, CounterCycleConfig, CycleConfig
 from loopbreak._corpus import smollm2_lists
 from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector
-from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, word_share
+from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, read_counters, word_share
 from loopbreak._engine.shape import looks_like_code
 from support import feed_pieces, first_trip, split_fixed, split_random
 
 PLUTO = "".join(f"{n}. Pluto\n" for n in range(10, 99))
 
 
-def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int
-                ) -> tuple[int, int] | None:
-    """The rule as its module states it, recomputed from scratch at every character."""
-    folded = text.translate(DIGITS_AS_ZERO)
+def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
+                counter: CounterCycleConfig | None = None) -> tuple[int, int] | None:
+    """The rule as its module states it, recomputed from scratch at every character: the
+    reading with every number as one ``0``, positions mapped back to the stream."""
+    counter = counter or CounterCycleConfig()
+    folded = read_counters(text)
+    kept = [i for i, c in enumerate(text.translate(DIGITS_AS_ZERO))
+            if not (c == "0" and i and text.translate(DIGITS_AS_ZERO)[i - 1] == "0")]
+    assert len(kept) == len(folded)
     for m in range(1, len(folded) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = folded[m - p : m]
-            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p)
+            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span,
+                       counter.min_copies * p + cfg.past_two_copies_text)
+            words = len(re.findall(r"[^\W\d_]+", unit))
             if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct and "0" in unit \
+                    and unit.count("0") <= max(2, words / 8) \
                     and word_share(unit) >= share:
-                return m, p
+                return kept[m - 1] + 1, p
     return None
 
 
@@ -52,9 +61,10 @@ def test_counter_cycle_matches_brute_force_at_every_split(seed: int) -> None:
                       min_span_code=rng.choice([64, 100]))
     share = rng.choice([0.0, 0.25, 0.5])
     expected = brute_force(text, cfg, share, cfg.min_span_text)
+    counter = CounterCycleConfig(min_word_share=share, min_span_text=cfg.min_span_text)
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
-        detector = CounterCycleDetector(CounterCycleConfig(min_word_share=share), cfg, "text")
+        detector = CounterCycleDetector(counter, cfg, "text")
         trip, _ = feed_pieces(detector, pieces)
         got = None if trip is None else (trip.at, trip.evidence["period"])
         assert got == expected
@@ -67,16 +77,36 @@ def test_a_counted_list_is_cut_where_cycle_sees_nothing(channel: str) -> None:
     assert first_trip(CycleDetector(channel=channel), text) is None  # type: ignore[arg-type]
     trip = first_trip(CounterCycleDetector(channel=channel), text)  # type: ignore[arg-type]
     assert trip is not None and trip.rule == "counter-cycle" and trip.channel == channel
-    assert trip.evidence["period"] == len("10. Pluto\n")
-    assert sorted(trip.evidence["unit"]) == sorted("00. Pluto\n")  # a rotation of it
-    # Cut once the span has repeated past the first counted line (a few characters of the
-    # intro may match by chance).
-    span = 384 if channel == "reasoning" else 256
-    assert len(intro) + span - len("10. Pluto\n") <= trip.at <= len(intro) + span
+    # Every number reads as one 0: the unit as read is one line shorter than the line.
+    assert trip.evidence["period"] == len("0. Pluto\n")
+    assert sorted(trip.evidence["unit"]) == sorted("0. Pluto\n")  # a rotation of it
+    # Cut once the span (counted in the reading, where each line lost a digit) has
+    # repeated past the first counted line; a few characters of the intro may match.
+    counter = CounterCycleConfig()
+    span = counter.min_span_reasoning if channel == "reasoning" else counter.min_span_text
+    lines_in_span = span // len("0. Pluto\n")
+    assert len(intro) + span - 10 <= trip.at <= len(intro) + span + lines_in_span + 1
     # The full guard reports it, at the same character.
     guard = ChannelGuard(channel)  # type: ignore[arg-type]
     trips = [t for t in (guard.feed(text[i : i + 32]) for i in range(0, len(text), 32)) if t]
     assert [(t.rule, t.at) for t in trips] == [("counter-cycle", trip.at)]
+
+
+def test_a_counter_that_gains_a_digit_stays_one_loop() -> None:
+    # 9 -> 10 and 99 -> 100 change the line's width; read as one 0 they do not.
+    text = "Here is the list you asked for:\n" + "".join(f"{n}. Pluto\n" for n in range(1, 130))
+    trip = first_trip(CounterCycleDetector(channel="text"), text)
+    assert trip is not None and trip.evidence["period"] == len("0. Pluto\n")
+    start = text.index("1. Pluto")
+    assert trip.at - start <= 256 + 3 * len("10. Pluto\n")
+
+
+def test_counted_cjk_prose_counts_its_characters_as_words() -> None:
+    # 2024年。2025年。... : CJK has no spaces; each character is a word of its own.
+    assert word_share("0年。") == pytest.approx(1 / 3)
+    text = "未来の年表です。" + "".join(f"{year}年。" for year in range(2024, 2200))
+    trip = first_trip(CounterCycleDetector(channel="text"), text)
+    assert trip is not None and trip.rule == "counter-cycle"
 
 
 def test_a_verbatim_loop_is_left_to_cycle() -> None:
@@ -125,7 +155,8 @@ def test_a_base64_image_attached_twice_is_data() -> None:
     if not path.exists():
         pytest.skip(f"{path} is not installed with this Python")
     text = path.read_text(encoding="utf-8")
-    loose = CounterCycleConfig(min_word_share=0.0)
+    loose = CounterCycleConfig(min_word_share=0.0, words_per_number=0.5, min_copies=2,
+                               min_span_reasoning=384)
     trip = first_trip(CounterCycleDetector(loose), text)
     assert trip is not None and word_share(trip.evidence["unit"]) < 0.1
     assert first_trip(CounterCycleDetector(), text) is None
@@ -147,7 +178,7 @@ def test_word_share_examples() -> None:
 def test_smollm2_runaway_lists() -> None:
     cut = {}
     for stream in smollm2_lists():
-        # Every other rule misses these real loops (they are why this rule exists).
+        # No exact period and no line that repeats whole: cycle and lines never see them.
         others = Config().replace(**{"counter_cycle.enabled": False})
         guard = ChannelGuard("text", others)
         assert not any(guard.feed(stream.text[i : i + 32])
@@ -156,8 +187,16 @@ def test_smollm2_runaway_lists() -> None:
         if trip is not None:
             cut[stream.id] = trip.at
             assert trip.at < len(stream.text) // 2 + 500
+        # The full guard names this rule, at the same character.
+        full = ChannelGuard("text")
+        trips = [t for t in (full.feed(stream.text[i : i + 32])
+                             for i in range(0, len(stream.text), 32)) if t]
+        assert trip is not None and [(t.rule, t.at) for t in trips] == [
+            ("counter-cycle", trip.at)]
+    # The two whose units once looked like code ("41. Calcium (Ca)", "Le décembre 41: 42")
+    # are prose to the code gate now: prose brackets and a colon before a space.
     assert set(cut) == {"smollm2-planets", "smollm2-fruits", "smollm2-study-tips",
-                        "smollm2-animals"}
+                        "smollm2-animals", "smollm2-elements", "smollm2-french-days"}
 
 
 def test_off_switch_and_config_errors() -> None:

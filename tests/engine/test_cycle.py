@@ -16,7 +16,7 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int) -> tuple[int, int] |
     for m in range(1, len(text) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = text[m - p : m]
-            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p)
+            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p + cfg.past_two_copies_text)
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p

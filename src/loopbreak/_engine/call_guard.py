@@ -16,11 +16,15 @@ from loopbreak._config import Config
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
     CharCapDetector,
+    CharRunDetector,
+    ControlTokensDetector,
     CounterCycleDetector,
     CycleDetector,
     DegeneracyDetector,
     IdenticalChunksDetector,
     LinesDetector,
+    ProgressionDetector,
+    StaleWordsDetector,
 )
 from loopbreak._engine.grams import GramSet
 from loopbreak._engine.trip import CHANNELS, Channel, Detector, Trip
@@ -42,8 +46,17 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
         detectors.append(CycleDetector(config.cycle, channel))
         if config.counter_cycle.enabled:
             detectors.append(CounterCycleDetector(config.counter_cycle, config.cycle, channel))
+    if config.char_run.max_run:
+        detectors.append(CharRunDetector(config.char_run, channel))
+    if config.progression.min_terms:
+        detectors.append(ProgressionDetector(config.progression, channel))
+    if config.control_tokens.min_tokens:
+        detectors.append(ControlTokensDetector(config.control_tokens, channel))
     if config.lines.min_mass:
         detectors.append(LinesDetector(config.lines, channel))
+    stale = config.stale_words
+    if stale.enabled and (channel == "text" or stale.on_reasoning):
+        detectors.append(StaleWordsDetector(config.stale_words, channel))
     if channel == "text" and config.identical_chunks.max_repeats:
         detectors.append(IdenticalChunksDetector(config.identical_chunks, channel))
     if channel == "reasoning" and config.limits.max_reasoning_chars:

@@ -22,14 +22,32 @@ CODE_SYMBOL_SHARE = 0.05
 """Share of code symbols from which text counts as code. Real loop units in the
 corpus measure 0.00; periodic units in stdlib code 0.05 and up, or indented."""
 
-_CODE_SYMBOLS = re.compile(r"[()\[\]{}=<>_;:'\"\\|/#@$%^&*~+`]")
-_INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)\S")
+# Symbols that code and data use and prose does not. Left out because prose uses them
+# too: ``#`` (markdown headings, hashtags), ``*`` (emphasis, bullets), ``/`` (dates,
+# and/or), ``%``, ``&``, ``+``, ``!``, ``?``, ``-``, ``,``, ``.``. Counted only in their
+# code use: a quote or apostrophe that is not inside a word (``I'm`` is prose) and a
+# colon that is not followed by a space or line end (``Output: [1, 5]`` is prose).
+_CODE_SYMBOLS = re.compile(
+    r"[()\[\]{}=<>_;\\|$^~`@]|(?<![^\W\d_])['\"]|['\"](?![^\W\d_])|:(?=\S)"
+)
+# Brackets as prose uses them: opened after a space or a line start, closed on the same
+# line, with no code symbol inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8, 1]``).
+# ``foo(a)`` and ``x[0]`` open right after a word and stay code.
+_PROSE_BRACKETS = re.compile(r"(?:(?<=\s)|^)(?:\([^()\[\]{}=<>;|\\\n]{0,120}\)|\[[^()\[\]{}=<>;|\\\n]{0,120}\])")
+# A line indented by two or more spaces or a tab, unless it is a list item.
+_INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")
 
 
 def is_indented(line: str) -> bool:
     """Whether ``line`` starts with two or more spaces or a tab before its text."""
     return line.startswith(("  ", "\t")) and not line.isspace()
+
+
+def is_table_row(line: str) -> bool:
+    """Whether ``line`` is a markdown table row (``| a | b |``)."""
+    row = line.strip()
+    return len(row) > 1 and row[0] == "|" and row[-1] == "|"
 
 
 def looks_like_code(text: str) -> bool:
@@ -43,4 +61,5 @@ def looks_like_code(text: str) -> bool:
     symbols = len(_CODE_SYMBOLS.findall(text))
     if not symbols:
         return False
-    return symbols >= CODE_SYMBOL_SHARE * len(_NON_SPACE.findall(text))
+    symbols -= 2 * len(_PROSE_BRACKETS.findall(text))
+    return symbols > 0 and symbols >= CODE_SYMBOL_SHARE * len(_NON_SPACE.findall(text))

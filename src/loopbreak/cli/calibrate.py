@@ -1,10 +1,12 @@
 """``loopbreak calibrate``: the sweeps that justify every default.
 
-Loops: the real bleeds, loops and stalls of the dsh-loop-guard corpus and the
-project's generated loop shapes. Clean: the corpus's productive calls, two
-strong models' AlpacaEval answers, every standard-library source file, and the
-project's clean samples. Each table marks the shipped default and every
-setting with zero clean trips.
+Loops: the real bleeds, loops and stalls of the dsh-loop-guard corpus, the
+hand-labelled AlpacaEval loops, every source of the development corpus
+(``corpus/``, and ``.corpus-local/`` where present) and the project's generated
+loop shapes. Clean: the corpora's clean streams, two strong models' AlpacaEval
+answers, every standard-library source file, and the project's clean samples.
+Each table marks the shipped default and every setting with zero clean trips.
+``--loso`` scores each source under settings chosen on all the others.
 """
 
 from __future__ import annotations
@@ -13,22 +15,33 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from loopbreak._calibrate import (
     CaseResult,
+    HeldOut,
+    SourceScore,
     Sweep,
     SweepRow,
+    clean_for,
+    leave_one_source_out,
+    loso_sweeps,
     run_cases,
     run_sweep,
+    score_by_source,
     standard_sweeps,
 )
 from loopbreak._config import load_config
 from loopbreak._corpus import (
     LabelledStream,
+    alpaca_loops,
     alpaca_outputs,
     corpus_dir,
+    dev_corpus,
+    dev_corpus_dirs,
     dsh_loop_guard,
     labelled_jsonl,
     sample_streams,
@@ -52,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", action="store_true",
                         help="instead of sweeping, judge every labelled stream under the shipped "
                              "defaults (or --config) and list where each loop was cut")
+    parser.add_argument("--loso", action="store_true",
+                        help="leave one source out: choose each sweep's setting on every "
+                             "source but one, score the one left out, for each source")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration for --cases")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
@@ -61,10 +77,15 @@ def _corpora(args: argparse.Namespace) -> tuple[list[LabelledStream], list[Label
     real: list[LabelledStream] = []
     note = f"corpus: {root}"
     if root.is_dir():
-        real = list(dsh_loop_guard(root)) + list(alpaca_outputs(root))
+        real = list(dsh_loop_guard(root)) + list(alpaca_outputs(root)) + list(alpaca_loops(root))
+    elif args.corpus is not None:
+        raise InputError(f"--corpus {root}: no such folder")
     else:
         note = (f"corpus not found at {root} (set LOOPBREAK_CORPUS); sweeping the project's "
-                f"samples and the standard library only")
+                f"samples, its development corpus and the standard library only")
+    dirs = dev_corpus_dirs()
+    real += list(dev_corpus(dirs))
+    note += "; development corpus: " + (", ".join(str(d) for d in dirs) or "none found")
     own = list(sample_streams())
     for path in args.input:
         own.extend(labelled_jsonl(path))
@@ -92,11 +113,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--jobs and --stdlib-every must be >= 1")
     if args.cases:
         return _run_cases(args)
-    sweeps = [s for s in standard_sweeps()
-              if not args.only or any(word in s.name for word in args.only)]
+    pool = loso_sweeps() if args.loso else standard_sweeps()
+    sweeps = [s for s in pool if not args.only or any(word in s.name for word in args.only)]
     if not sweeps:
-        names = ", ".join(s.name for s in standard_sweeps())
+        names = ", ".join(s.name for s in pool)
         raise InputError(f"no sweep matches {args.only!r}; sweeps: {names}")
+    if args.loso:
+        return _run_loso(args, sweeps)
     loops, clean, note = _corpora(args)
     stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
               for ch in ("reasoning", "text")}
@@ -110,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[tuple[Sweep, list[SweepRow], int]] = []
     with Progress(console=err, transient=True) as progress:
         for sweep in sweeps:
-            sweep_clean = clean + stdlib[sweep.channel]
+            sweep_clean = clean_for(sweep.channel, clean) + stdlib[sweep.channel]
             passes = 1 if sweep.loosest is not None else len(sweep.settings())
             task = progress.add_task(sweep.name, total=len(sweep_clean) * passes)
             rows = run_sweep(sweep, loops, sweep_clean, jobs=args.jobs,
@@ -177,6 +200,7 @@ def _run_cases(args: argparse.Namespace) -> int:
         results = run_cases(loops + clean, config, jobs=args.jobs, progress=advance)
         results += run_cases(stdlib, uncapped, jobs=args.jobs, progress=advance)
     loop_results = [r for r in results if r.stream.label == "loop"]
+    scores = score_by_source(results)
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
         if r.stream.label == "clean":
@@ -193,6 +217,7 @@ def _run_cases(args: argparse.Namespace) -> int:
             "clean": {g: {"streams": len(rs), "tripped": [
                 {"id": r.stream.id, "rule": r.trip.rule, "at": r.trip.at}
                 for r in rs if r.trip]} for g, rs in groups.items()},
+            "sources": [_score_json(sc) for sc in scores.values()],
         }
         json.dump(out, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -218,4 +243,81 @@ def _run_cases(args: argparse.Namespace) -> int:
         clean_table.add_row(group, f"{len(rs):,}", "0" if not hits else "[red]" + ", ".join(
             f"{r.stream.id} ({r.trip.rule})" for r in hits[:5] if r.trip) + "[/]")
     console.print(clean_table)
+    console.print(_source_table("by source, shipped defaults", scores.values()))
+    return 0
+
+
+def _score_json(score: SourceScore) -> dict[str, Any]:
+    return {
+        "source": score.source, "loops": score.loops, "cut": score.cut,
+        "recall": score.recall, "long_enough": score.long_enough,
+        "long_enough_cut": score.long_enough_cut,
+        "long_enough_recall": score.long_enough_recall, "in_budget": score.in_budget,
+        "clean": score.clean, "clean_trips": score.clean_trips,
+        "latency": {kind: {"median": statistics.median(v), "worst": max(v), "cut": len(v)}
+                    for kind, v in sorted(score.latencies.items())},
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _source_table(title: str, scores: Iterable[SourceScore],
+                  chosen: dict[str, dict[str, Any]] | None = None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    columns = ["source", "loops", "cut", "recall", "long enough", "recall", "in budget",
+               "median / worst after start", "clean", "clean trips"]
+    if chosen is not None:
+        columns.append("settings chosen without it (differ from defaults)")
+    for name in columns:
+        table.add_column(name, justify="left" if name[0].isalpha() and name in (
+            "source", "median / worst after start", "clean trips") or name.startswith(
+            "settings") else "right")
+    for sc in scores:
+        lat = ", ".join(f"{kind} {statistics.median(v):,.0f}/{max(v):,}"
+                        for kind, v in sorted(sc.latencies.items()))
+        row = [sc.source, f"{sc.loops:,}", f"{sc.cut:,}", _pct(sc.recall),
+               f"{sc.long_enough:,}", _pct(sc.long_enough_recall), f"{sc.in_budget:,}",
+               lat or "-", f"{sc.clean:,}",
+               "0" if not sc.clean_trips else f"[red]{len(sc.clean_trips)}[/] "
+               + ", ".join(sc.clean_trips[:3])]
+        if chosen is not None:
+            row.append(", ".join(f"{k}={v}" for k, v in chosen.get(sc.source, {}).items())
+                       or "defaults")
+        table.add_row(*row)
+    return table
+
+
+def _run_loso(args: argparse.Namespace, sweeps: list[Sweep]) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    loops, clean, note = _corpora(args)
+    stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
+              for ch in ("reasoning", "text")}
+    by_channel = {ch: clean_for(ch, clean) + stdlib[ch]  # type: ignore[arg-type]
+                  for ch in ("reasoning", "text")}
+    err = Console(stderr=True)
+    if not args.json:
+        err.print(note)
+    total = sum(len(by_channel[s.channel]) for s in sweeps)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("sweeping", total=total)
+        held: list[HeldOut] = leave_one_source_out(
+            sweeps, loops, by_channel, jobs=args.jobs,
+            progress=functools.partial(progress.advance, task))
+    if args.json:
+        json.dump({"note": note, "sweeps": [s.name for s in sweeps],
+                   "held_out": [{**_score_json(h.score), "chosen": h.chosen} for h in held]},
+                  sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 0
+    console = Console(width=max(Console().width, 160))
+    console.print(note)
+    console.print(_source_table("leave one source out: each source scored under settings "
+                                "chosen on all the others", [h.score for h in held],
+                                {h.source: h.chosen for h in held}))
     return 0

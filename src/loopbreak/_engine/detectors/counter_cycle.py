@@ -28,6 +28,7 @@ the 1,536-character code span, longer than those answers.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.detectors.cycle import CycleDetector
@@ -39,22 +40,35 @@ DIGITS_AS_ZERO: dict[int, str] = {
     **{ord(c): "0" for c in "123456789"},
     **{cp: "0" for cp in range(0xFF10, 0xFF1A)},  # full-width digits
 }
-"""The reading this rule judges: ASCII and full-width digits as ``0``."""
+"""ASCII and full-width digits as ``0``; a run of them is then read as one ``0``."""
 
-_TOKEN = re.compile(r"\S+")
+_ZERO_RUN = re.compile("0{2,}")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+# Every CJK character is a word of its own (CJK prose has no spaces); anything else
+# between spaces or CJK characters is a token.
+_TOKEN = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
+_CJK_CHAR = re.compile(f"[{_CJK}]")
+_LETTER_RUN = re.compile(f"[{_CJK}]|[^\\W\\d_{_CJK}]+")
 # A word of letters, with the quotes, apostrophes, hyphens and closing punctuation prose
 # puts around and inside one.
 _WORD = re.compile(r"[(\"'\u2018\u201c]?[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*[.,;:!?)\"'\u2019\u201d]*")
 
 
+def read_counters(text: str) -> str:
+    """``text`` as this rule reads it: every run of digits as a single ``0``."""
+    return _ZERO_RUN.sub("0", text.translate(DIGITS_AS_ZERO))
+
+
 def word_share(unit: str) -> float:
     """The share of ``unit``'s non-space characters that lie in words of letters, with the
     unit read as a cycle (a word cut by the unit's edge counts whole), so every rotation of
-    a unit scores the same. A unit without whitespace is one endless token: 0."""
-    first_space = next((i for i, c in enumerate(unit) if c.isspace()), -1)
-    if first_space < 0:
+    a unit scores the same. A unit with neither whitespace nor a CJK character is one
+    endless token: 0."""
+    first_break = next((i for i, c in enumerate(unit) if c.isspace() or _CJK_CHAR.match(c)),
+                       -1)
+    if first_break < 0:
         return 0.0
-    cyclic = unit[first_space:] + unit[:first_space]
+    cyclic = unit[first_break:] + unit[:first_break]
     tokens = _TOKEN.findall(cyclic)
     total = sum(len(t) for t in tokens)
     words = sum(len(t) for t in tokens if _WORD.fullmatch(t))
@@ -62,17 +76,84 @@ def word_share(unit: str) -> float:
 
 
 class CounterCycleDetector(CycleDetector):
-    """``cycle`` over the stream with every digit read as ``0``, for prose-shaped units
+    """``cycle`` over the stream with every number read as ``0``, for prose-shaped units
     that hold a number."""
 
     rule = COUNTER_CYCLE
 
     def __init__(self, config: CounterCycleConfig | None = None,
                  cycle: CycleConfig | None = None, channel: Channel = "reasoning") -> None:
-        super().__init__(cycle, channel)
-        self._min_word_share = (config or CounterCycleConfig()).min_word_share
-        self._read = DIGITS_AS_ZERO
+        cfg = config or CounterCycleConfig()
+        span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+        self._copies = cfg.min_copies  # read by the span the base class sizes its buffer for
+        super().__init__(cycle, channel, min_span=span)
+        self._min_word_share = cfg.min_word_share
+        self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose
+        self._after_digit = False
+        # Digits dropped from the reading: (reading position they follow, total dropped up
+        # to and including them), to map a reading position back to the stream.
+        self._drop_at: list[int] = []
+        self._drop_total: list[int] = []
+        self._dropped = 0
+        self._forgotten = 0
+
+    def reset(self) -> None:
+        super().reset()
+        self._after_digit = False
+        self._drop_at.clear()
+        self._drop_total.clear()
+        self._dropped = self._forgotten = 0
+
+    def _two_copies(self, period: int) -> int:
+        # A counted template must show more copies than cycle asks of a verbatim unit.
+        return self._copies * period + self._past_two
+
+    def _reading(self, delta: str) -> str:
+        mapped = delta.translate(DIGITS_AS_ZERO)
+        if "00" not in mapped and not (self._after_digit and mapped[:1] == "0"):
+            # No digit follows a digit: the reading keeps every character.
+            self._after_digit = mapped[-1:] == "0" if mapped else self._after_digit
+            return mapped
+        # Reading position before this delta: every earlier character was read.
+        done = self._done
+        if self._after_digit and mapped[:1] == "0":
+            lead = len(mapped) - len(mapped.lstrip("0"))
+            self._note_drop(done, lead)
+            mapped = mapped[lead:]
+        pieces = []
+        last = kept = 0
+        for m in _ZERO_RUN.finditer(mapped):
+            piece = mapped[last : m.start() + 1]
+            pieces.append(piece)
+            kept += len(piece)
+            last = m.end()
+            self._note_drop(done + kept, m.end() - m.start() - 1)
+        pieces.append(mapped[last:])
+        mapped = "".join(pieces)
+        if mapped:
+            self._after_digit = mapped[-1] == "0"
+        return mapped
+
+    def _note_drop(self, position: int, count: int) -> None:
+        self._dropped += count
+        if self._drop_at and self._drop_at[-1] == position:
+            self._drop_total[-1] = self._dropped
+            return
+        self._drop_at.append(position)
+        self._drop_total.append(self._dropped)
+        if len(self._drop_at) > 4096:
+            # Positions far behind the buffer can no longer be asked for.
+            keep_from = bisect_left(self._drop_at, self._base)
+            if keep_from:
+                self._forgotten = self._drop_total[keep_from - 1]
+                del self._drop_at[:keep_from]
+                del self._drop_total[:keep_from]
+
+    def _original(self, at: int) -> int:
+        # Digits dropped after reading position ``p`` count once ``at`` passes ``p``.
+        i = bisect_left(self._drop_at, at)
+        return at + (self._drop_total[i - 1] if i else self._forgotten)
 
     def _may_end_here(self, n0: int, n1: int) -> bool:
         # A unit that counts holds a digit and ends in (n0, n1], so it lies within
@@ -82,5 +163,12 @@ class CounterCycleDetector(CycleDetector):
         return self._buf.find("0", low, n1 - self._base) >= 0
 
     def _counted_prose(self, unit: str) -> bool:
-        return ("0" in unit and self._distinct_enough(unit)
+        numbers = unit.count("0")
+        return (numbers > 0 and self._distinct_enough(unit)
+                and numbers <= max(2, _words(unit) / self._words_per_number)
                 and word_share(unit) >= self._min_word_share)
+
+
+def _words(unit: str) -> int:
+    """Words of letters in ``unit`` (a CJK character is one)."""
+    return len(_LETTER_RUN.findall(unit))

@@ -71,20 +71,20 @@ class CycleDetector:
         self._channel: Channel = channel
         self._max_period = cfg.max_period
         self._min_distinct = cfg.min_distinct
-        # What the periods are found in (a variant reads the text through a character map)
-        # and which units count; both must not depend on where a unit is rotated.
-        self._read: dict[int, str] | None = None
+        # Which units count (a variant asks more); must not depend on where a unit is rotated.
         self._accepts: Callable[[str], bool] = self._distinct_enough
         if min_span is None:
             min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._min_span = min_span
         self._min_span_code = max(min_span, cfg.min_span_code)
+        self._past_two = (cfg.past_two_copies_reasoning if channel == "reasoning"
+                          else cfg.past_two_copies_text)
         # Every qualifying window ends in a run of matches at least this long.
         self._half = (min_span + 1) // 2
         self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
         # A step this short keeps the anchor inside every window ending in it.
         self._step = self._half - self._anchor + 1
-        self._keep = max(self._min_span_code, 2 * self._max_period) + self._step + self._anchor + 1
+        self._keep = max(self._min_span_code, self._two_copies(self._max_period)) + self._step + self._anchor + 1
         self._buf = ""
         self._base = 0
         self._done = 0
@@ -97,6 +97,19 @@ class CycleDetector:
     @property
     def consumed(self) -> int:
         return self._consumed
+
+    def _two_copies(self, period: int) -> int:
+        """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
+        the start of a third."""
+        return 2 * period + self._past_two
+
+    def _reading(self, delta: str) -> str:
+        """The text the periods are found in (a variant reads the stream through a map)."""
+        return delta
+
+    def _original(self, at: int) -> int:
+        """The stream position of position ``at`` of the reading."""
+        return at
 
     def _distinct_enough(self, unit: str) -> bool:
         return len(set(unit)) >= self._min_distinct
@@ -116,16 +129,16 @@ class CycleDetector:
         self._consumed += len(delta)
         if not self._max_period:
             return None
-        if self._read is not None:
-            delta = delta.translate(self._read)
+        delta = self._reading(delta)
         step = self._step
         for start in range(0, len(delta), step):
             hit = self._advance(delta[start : start + step])
             if hit is not None:
                 at, period = hit
                 unit = self._buf[at - self._base - period : at - self._base]
+                at = self._original(at)
                 code = looks_like_code(unit + unit)
-                span = max(self._min_span_code if code else self._min_span, 2 * period)
+                span = max(self._min_span_code if code else self._min_span, self._two_copies(period))
                 return Trip(self.rule, self._channel, self._consumed, at, {
                     "period": period,
                     "span": span,
@@ -138,7 +151,11 @@ class CycleDetector:
         n0 = self._done
         n1 = n0 + len(piece)
         self._done = n1
-        buf = self._buf + piece
+        # Drop the attribute's reference first: with the local as the only one, CPython
+        # extends the string in place instead of copying the whole buffer each step.
+        buf = self._buf
+        self._buf = ""
+        buf += piece
         if len(buf) > 2 * self._keep:
             cut = len(buf) - self._keep
             buf = buf[cut:]
@@ -173,13 +190,18 @@ class CycleDetector:
 
     def _earliest(self, n0: int, n1: int, period: int) -> int | None:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies."""
-        need = max(self._min_span, 2 * period) - period
-        need_code = max(self._min_span_code, 2 * period) - period
+        need = max(self._min_span, self._two_copies(period)) - period
+        need_code = max(self._min_span_code, self._two_copies(period)) - period
         buf, base = self._buf, self._base
+        lo, hi = n0 - base, n1 - base
         run = self._runs.get(period)
         if run is None:
-            run = _match_run_back(buf, n0 - base, period, need_code)
-        lo, hi = n0 - base, n1 - base
+            # No window of this step can qualify unless the run before it reaches this far;
+            # one character tells most chance recurrences of the anchor apart.
+            reach = lo - (need - (n1 - n0))
+            if reach < lo and (reach - period < 0 or buf[reach] != buf[reach - period]):
+                return None
+            run = _match_run_back(buf, lo, period, need_code)
         repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
         if repeats:
             self._next_runs[period] = min(need_code, run + (n1 - n0))

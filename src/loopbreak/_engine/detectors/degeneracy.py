@@ -39,6 +39,9 @@ from loopbreak._engine.blocks import BlockCutter
 from loopbreak._engine.charclass import EMOJI, MEANING, SPACE, SYMBOL, class_string
 from loopbreak._engine.trip import Channel, Trip
 
+# What markdown tables and rules are drawn with.
+_RULE_DRAWING = " \t\n-|:=+_"
+
 EMOJI_FLOOD = "emoji-flood"
 SYMBOL_FLOOD = "symbol-flood"
 DEGENERATE_OUTPUT = "degenerate-output"
@@ -79,6 +82,9 @@ class DegeneracyDetector:
         classes = class_string(block)
         nonspace = len(classes) - classes.count(SPACE)
         if nonspace == 0 or nonspace < cfg.min_ink_share * len(classes):
+            return None
+        if not block.strip(_RULE_DRAWING):
+            # A table border or a rule, however wide: char-run judges how long it runs.
             return None
         meaning = classes.count(MEANING)
         if meaning > cfg.max_meaning_share * nonspace:

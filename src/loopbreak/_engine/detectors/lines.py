@@ -12,7 +12,9 @@ to it at any cap, but its line vocabulary is tiny. Over the last
 It trips when mass >= ``min_mass``, coverage >= ``min_coverage`` and
 concentration >= ``min_concentration``. Lines are stripped; lines shorter than
 ``min_line_chars`` count on neither side (generated code repeats ``}`` and ``);``
-by the hundred), and so do indented lines unless ``count_indented``: code
+by the hundred), and so do markdown table rows (a solver re-prints its grid with
+one cell changed: a real AlpacaEval answer) and indented lines unless
+``count_indented``: code
 repeats its lines legitimately (CPython's ``test_exception_variations.py``
 reaches coverage 0.78 at concentration 4), and no real pool line is indented.
 
@@ -35,7 +37,7 @@ from collections import deque
 from collections.abc import Hashable
 
 from loopbreak._config import LinesConfig
-from loopbreak._engine.shape import is_indented
+from loopbreak._engine.shape import is_indented, is_table_row
 from loopbreak._engine.trip import Channel, Trip
 
 LINES = "lines"
@@ -106,7 +108,8 @@ class LinesDetector:
         if self._overlong:
             length = self._partial_len
             key: Hashable = _Overlong()
-        elif not cfg.count_indented and is_indented(self._partial):
+        elif (not cfg.count_indented and is_indented(self._partial)) \
+                or is_table_row(self._partial):
             length = 0
             key = None
         else:
