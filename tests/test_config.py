@@ -103,7 +103,7 @@ def test_every_key_can_be_set_from_the_environment() -> None:
 
 def test_replace_takes_dotted_keys_and_validates() -> None:
     config = Config().replace(**{"cycle.max_period": 0})
-    assert config.cycle.max_period == 0 and Config().cycle.max_period == 512
+    assert config.cycle.max_period == 0 and Config().cycle.max_period == 4096
     with pytest.raises(ConfigError):
         Config().replace(**{"cycle.max_period": -5})
 
@@ -117,7 +117,7 @@ def test_config_show_prints_json_with_sources(tmp_path: Path, capsys: pytest.Cap
     monkeypatch.setenv("LOOPBREAK_STALL__MAX_FIRES", "9")
     assert main(["config", "show", "--config", str(path), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["keys"]["cycle.max_period"] == {"value": 700, "default": 512,
+    assert shown["keys"]["cycle.max_period"] == {"value": 700, "default": 4096,
                                                  "source": str(path),
                                                  "allowed": "an integer in 2..4096 (0 = off)"}
     assert shown["keys"]["stall.max_fires"]["source"] == "LOOPBREAK_STALL__MAX_FIRES"

@@ -118,9 +118,10 @@ class BlockRepeatConfig(_Section):
                                        "the streak: 0.7/10 trips no clean stream; 0.7/8 and "
                                        "0.6/10 do.",
                                        low=0.05, high=1.0)
-    novelty_streak: int = _key(12, "Not-new prose blocks in a row that trip low-novelty (0 = off). "
-                                   "10 trips a real Qwen3 trace that weighs the same options "
-                                   "in reworded paragraphs and finishes.",
+    novelty_streak: int = _key(10, "Not-new prose blocks in a row that trip low-novelty (0 = off). "
+                                   "12 spares a real Qwen3 trace that weighs the same options "
+                                   "in reworded paragraphs, but cuts the seed's 124,070-char "
+                                   "bleed 160 characters later.",
                                    low=1, high=1000, off=0)
     novelty_streak_code: int = _key(20, "The same when the streak holds a code-shaped block (0 = "
                                         "off). Swept: 14 trips clean code, 16 is the first clean; "
@@ -197,14 +198,14 @@ class CycleConfig(_Section):
     min_distinct: int = _key(2, "A unit with fewer distinct characters (====, ----) does not "
                                 "count.",
                                 low=1, high=64)
-    past_two_copies_reasoning: int = _key(192, "Characters of a third copy a unit must show "
-                                               "besides two whole copies, in reasoning: it "
-                                               "restates a long sentence twice, starts it a "
-                                               "third time and turns (a real Qwen3 trace, 130 "
-                                               "characters in).",
-                                          low=0, high=65536)
-    past_two_copies_text: int = _key(128, "The same in the visible answer.",
-                                     low=0, high=65536)
+    past_two_copies: int = _key(128, "Characters of a third copy a unit must show besides two "
+                                     "whole copies: an answer prints a heading or an item "
+                                     "twice and moves on, a trace pastes a passage twice.",
+                                low=0, high=65536)
+    two_copies_reasoning: int = _key(512, "In reasoning, units up to this long are cut after two "
+                                          "whole copies, as the seed's DeepSeek loops were "
+                                          "(periods 89-409); 0 asks the third copy of all.",
+                                     low=0, high=4096)
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,10 @@ class CounterCycleConfig(_Section):
                                         "template changes one number, data rows and logs "
                                         "change many.",
                                    low=0.5, high=1000.0)
+    max_period: int = _key(1024, "Longest unit (as read) looked for; cycle's cap applies too. "
+                                 "Counted templates measure up to 480 characters (a numbered "
+                                 "exam question re-asked).",
+                           low=2, high=4096)
     min_copies: int = _key(3, "Whole copies of the unit (as read) the tail must hold, besides "
                               "cycle's third-copy start: a short enumeration (dice totals 3 to 6) "
                               "repeats its template three or four times and stops.",

@@ -20,12 +20,12 @@ every machine has: the Python standard library's sources.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
 import sysconfig
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal

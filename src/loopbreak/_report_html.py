@@ -20,6 +20,7 @@ long runs of uneventful calls fold into one summary row.
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import math
 from collections import Counter
@@ -192,11 +193,23 @@ class _Marks:
 
 
 def _cycle_marks(text: str, cut: int, period: int, *, counted: bool = False) -> _Marks:
+    if not counted:
+        return _periodic_marks(text, cut, period, "")
+    # counter-cycle's loop is periodic once every number reads as one 0: find the
+    # repetitions in that reading, then map them back onto the text.
+    folded = text.translate(DIGITS_AS_ZERO)
+    kept = [i for i, c in enumerate(folded) if not (c == "0" and i and folded[i - 1] == "0")]
+    reading = "".join(folded[i] for i in kept)
+    marks = _periodic_marks(reading, bisect.bisect_left(kept, cut), period,
+                            ", its numbers aside")
+    ends = kept[1:] + [len(text)]
+    marks.ranges = [(kept[lo], ends[hi - 1], tint) for lo, hi, tint in marks.ranges]
+    return marks
+
+
+def _periodic_marks(text: str, cut: int, period: int, aside: str) -> _Marks:
     if period <= 0 or cut < period:
         return _Marks()
-    if counted:
-        # counter-cycle's loop is periodic once digits read as 0 (a map that keeps places).
-        text = text.translate(DIGITS_AS_ZERO)
     # The periodic stretch around the cut: every character equal to the one a period away.
     start = cut - period
     while start > 0 and text[start - 1] == text[start - 1 + period]:
@@ -219,8 +232,7 @@ def _cycle_marks(text: str, cut: int, period: int, *, counted: bool = False) -> 
             marks.ranges.append((lo, hi, k % 2))
         k += 1
     before = (cut - start) // period
-    unit = (f"{_n(period)}-character unit, its numbers aside" if counted
-            else f"{_n(period)}-character unit")
+    unit = f"{_n(period)}-character unit{aside}"
     marks.caption = (f"Highlighted: each repetition of the {unit} "
                      f"(alternating shades); {_plural(before, 'whole repetition')} before the cut "
                      f"in this excerpt.")

@@ -37,6 +37,8 @@ def test_monotone_sweeps_can_prefilter_on_their_loosest_setting() -> None:
 def test_calibrate_takes_labelled_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOOPBREAK_CORPUS", str(tmp_path / "absent"))
+    monkeypatch.setenv("LOOPBREAK_DEV_CORPUS", str(tmp_path / "absent"))
+    monkeypatch.setenv("LOOPBREAK_LOCAL_CORPUS", str(tmp_path / "absent"))
     loop = verbatim_loop()
     labelled = tmp_path / "mine.jsonl"
     labelled.write_text(
@@ -67,6 +69,8 @@ def test_bad_labelled_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 def test_cases_lists_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOOPBREAK_CORPUS", str(tmp_path / "absent"))
+    monkeypatch.setenv("LOOPBREAK_DEV_CORPUS", str(tmp_path / "absent"))
+    monkeypatch.setenv("LOOPBREAK_LOCAL_CORPUS", str(tmp_path / "absent"))
     assert main(["calibrate", "--cases", "--stdlib-every", "400", "--jobs", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     loops = {item["id"]: item for item in out["loops"]}
@@ -74,12 +78,11 @@ def test_cases_lists_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert set(loops) == expected
     generated = {s.name for s in loop_samples()}
     assert all(item["rule"] for i, item in loops.items() if i in generated)
-    # SmolLM2's runaway lists: the ones whose repeating item reads as prose are cut by
-    # counter-cycle; "41. Calcium (Ca)" and "Le décembre 41: 42" look like code and run
-    # out of tokens before the code span.
+    # SmolLM2's runaway lists: all six are cut by counter-cycle ("41. Calcium (Ca)" and
+    # "Le décembre 41: 42" read as prose since the code gate spares prose brackets).
     recorded = {i: item["rule"] for i, item in loops.items() if i.startswith("smollm2-")}
-    assert {i for i, rule in recorded.items() if rule} == {
-        "smollm2-planets", "smollm2-fruits", "smollm2-study-tips", "smollm2-animals"}
-    assert set(recorded.values()) == {"counter-cycle", None}
+    assert set(recorded) == {"smollm2-planets", "smollm2-fruits", "smollm2-study-tips",
+                             "smollm2-animals", "smollm2-elements", "smollm2-french-days"}
+    assert set(recorded.values()) == {"counter-cycle"}
     assert all(not group["tripped"] for group in out["clean"].values())
 

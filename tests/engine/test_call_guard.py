@@ -19,14 +19,20 @@ def _feed(guard: CallGuard, channel: str, text: str, size: int = 32):  # type: i
 def test_rules_per_channel() -> None:
     reasoning = {type(d).__name__ for d in build_detectors("reasoning", Config())}
     text = {type(d).__name__ for d in build_detectors("text", Config())}
+    floods = {"CharRunDetector", "ControlTokensDetector", "ProgressionDetector"}
     assert reasoning == {"DegeneracyDetector", "BlockRepeatDetector", "CycleDetector",
-                         "CounterCycleDetector", "LinesDetector", "CharCapDetector"}
-    assert text == {"CycleDetector", "CounterCycleDetector", "LinesDetector",
-                    "IdenticalChunksDetector"}
+                         "CounterCycleDetector", "LinesDetector", "CharCapDetector"} | floods
+    assert text == {"DegeneracyDetector", "CycleDetector", "CounterCycleDetector",
+                    "LinesDetector", "IdenticalChunksDetector"} | floods
     off = Config().replace(**{"counter_cycle.enabled": False})
     assert "CounterCycleDetector" not in {type(d).__name__ for d in build_detectors("text", off)}
-    on_text = Config().replace(**{"degeneracy.on_text": True})
-    assert "DegeneracyDetector" in {type(d).__name__ for d in build_detectors("text", on_text)}
+    off_text = Config().replace(**{"degeneracy.on_text": False})
+    assert "DegeneracyDetector" not in {type(d).__name__
+                                        for d in build_detectors("text", off_text)}
+    stale = Config().replace(**{"stale_words.enabled": True})
+    assert "StaleWordsDetector" in {type(d).__name__ for d in build_detectors("text", stale)}
+    assert "StaleWordsDetector" not in {type(d).__name__
+                                        for d in build_detectors("reasoning", stale)}
 
 
 def test_unknown_channel_is_rejected() -> None:

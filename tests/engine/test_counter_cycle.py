@@ -34,7 +34,7 @@ def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
         for p in range(1, cfg.max_period + 1):
             unit = folded[m - p : m]
             span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span,
-                       counter.min_copies * p + cfg.past_two_copies_text)
+                       counter.min_copies * p + cfg.past_two_copies)
             words = len(re.findall(r"[^\W\d_]+", unit))
             if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct and "0" in unit \
@@ -156,9 +156,10 @@ def test_a_base64_image_attached_twice_is_data() -> None:
         pytest.skip(f"{path} is not installed with this Python")
     text = path.read_text(encoding="utf-8")
     loose = CounterCycleConfig(min_word_share=0.0, words_per_number=0.5, min_copies=2,
-                               min_span_reasoning=384)
-    trip = first_trip(CounterCycleDetector(loose), text)
+                               min_span_text=256)
+    trip = first_trip(CounterCycleDetector(loose, channel="text"), text)
     assert trip is not None and word_share(trip.evidence["unit"]) < 0.1
+    assert first_trip(CounterCycleDetector(channel="text"), text) is None
     assert first_trip(CounterCycleDetector(), text) is None
 
 

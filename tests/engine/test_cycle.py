@@ -16,7 +16,8 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int) -> tuple[int, int] |
     for m in range(1, len(text) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = text[m - p : m]
-            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span, 2 * p + cfg.past_two_copies_text)
+            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span,
+                       2 * p + cfg.past_two_copies)
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p
@@ -103,3 +104,56 @@ def test_cycle_memory_stays_bounded() -> None:
                    for i in range(40_000))
     assert first_trip(detector, text) is None
     assert len(detector._buf) <= 2 * detector._keep
+
+
+@pytest.mark.parametrize("unit", [
+    "I'm not sure. Let me check the definition again, it's subtle.\n",
+    "Output: [1, 5, 8, 1]\nSo the answer is the list above, again.\n",
+    "# Peyo Yavorov\n",
+    "[Your Name]\n[University Name]\n[Address]\n",
+    "- See the notes (above) for the reason: it holds.\n",
+])
+def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
+    from loopbreak._engine.shape import looks_like_code
+
+    assert not looks_like_code(unit + unit)
+    text = "Some honest work first, then the model repeats itself.\n" + unit * 60
+    trip = first_trip(CycleDetector(channel="text"), text)
+    assert trip is not None and trip.evidence["code"] is False
+    assert trip.at - 56 <= max(256, 2 * len(unit) + CycleConfig().past_two_copies) + 1
+
+
+@pytest.mark.parametrize("code", [
+    "x = foo(a, b)\n", "self.check(a, b)\n", "    return x\n", '"key": 1, ', "'a', 'b', ",
+    "<|im_end|>\n<|im_start|>",
+])
+def test_code_symbols_still_make_a_unit_code(code: str) -> None:
+    from loopbreak._engine.shape import looks_like_code
+
+    assert looks_like_code(code + code)
+
+
+def test_periods_up_to_4096_are_cut_after_two_copies_and_a_bit() -> None:
+    # A reasoning model re-deriving the same paragraphs verbatim: a 3,000-character unit.
+    rng = random.Random(9)
+    words = ["so", "the", "sum", "is", "even", "check", "again", "term", "wait", "yes", "then"]
+    unit = " ".join(rng.choice(words) for _ in range(600))[:2999] + "\n"
+    lead = "First I set up the problem and the notation carefully.\n"
+    trip = first_trip(CycleDetector(), lead + unit * 4)
+    assert trip is not None and trip.evidence["period"] == len(unit)
+    expected = len(lead) + 2 * len(unit) + CycleConfig().past_two_copies
+    assert expected - len(unit) // 8 <= trip.at <= expected + 1
+    assert first_trip(CycleDetector(CycleConfig(max_period=512)), lead + unit * 4) is None
+
+
+def test_two_copies_and_a_turn_are_not_a_loop_in_an_answer() -> None:
+    # A sentence said twice, started a third time and turned 100 characters in: the answer
+    # waits for 128 characters of the third copy. Reasoning cuts a unit this short after
+    # two copies (as the seed's DeepSeek loops were cut), so a real Qwen3 trace like it is.
+    sentence = ("Alternatively, maybe the reagent is used in the fixation process, and when "
+                "combined with the other one, it is causing the DNA to be more accessible, "
+                "leading to the peaks being lost. But that is not possible. \n\n")
+    turn = sentence[:100] + "fragmented instead, so the peaks move to other regions. " * 4
+    text = "Let me think about the options.\n\n" + sentence * 2 + turn
+    assert first_trip(CycleDetector(channel="text"), text) is None
+    assert first_trip(CycleDetector(), text) is not None

@@ -49,8 +49,18 @@ def test_a_block_with_words_is_never_degenerate() -> None:
 
 def test_blank_table_rows_are_layout_not_a_flood() -> None:
     assert first_trip(DegeneracyDetector(), table_template(40).text) is None
+    # Two gates hold it: too little ink, and nothing but what tables are drawn with.
     no_gate = DegeneracyDetector(DegeneracyConfig(min_ink_share=0.0))
-    assert first_trip(no_gate, table_template(40).text) is not None
+    assert first_trip(no_gate, table_template(40).text) is None
+    starred = table_template(40).text.replace("|", "*")
+    assert first_trip(no_gate, starred) is not None
+    assert first_trip(DegeneracyDetector(), starred) is None
+
+
+def test_a_table_border_of_any_width_is_left_to_char_run() -> None:
+    # A real AlpacaEval answer pads its columns with 379 dashes: not a flood by itself.
+    border = "| Product |\n|" + "-" * 2000 + "|\n"
+    assert first_trip(DegeneracyDetector(channel="text"), border) is None
 
 
 def test_streak_counts_consecutive_blocks() -> None:

@@ -28,7 +28,19 @@ from loopbreak import (
     LinesDetector,
     Trip,
 )
-from loopbreak._engine.detectors import CounterCycleDetector
+from loopbreak._config import (
+    CharRunConfig,
+    ControlTokensConfig,
+    ProgressionConfig,
+    StaleWordsConfig,
+)
+from loopbreak._engine.detectors import (
+    CharRunDetector,
+    ControlTokensDetector,
+    CounterCycleDetector,
+    ProgressionDetector,
+    StaleWordsDetector,
+)
 
 ALPHABETS = ["ab", "Go. OK.\n", "好。执行。\n", "* \n", "😀😂 ", "abc def\n  x()", "| -\n",
              "Fish 19.\n"]
@@ -57,6 +69,28 @@ def counted_streams(draw: st.DrawFn) -> str:
     style = draw(st.sampled_from(["{n}. {item}\n", "{item} {n}\n", "Step {n}: {item} "]))
     body = "".join(style.format(n=n, item=item) for n in range(start, start + count))
     return (head + body + draw(st.text(alphabet="xyz \n", max_size=40)))[:3000]
+
+
+@st.composite
+def flood_streams(draw: st.DrawFn) -> str:
+    """Text with floods the flood rules watch: one character run on, control tokens,
+    numbers counting on, words re-said."""
+    head = draw(st.text(alphabet="abc de.1\n<|", max_size=120))
+    kind = draw(st.sampled_from(["run", "tokens", "count", "words"]))
+    if kind == "run":
+        body = draw(st.sampled_from(["a", " ", "-", "！", "0", "\n"])) * draw(st.integers(1, 60))
+    elif kind == "tokens":
+        token = draw(st.sampled_from(["<|im_start|>\n", "<unk|x> ", "</s>", "[PAD]", "<|a b|>"]))
+        body = token * draw(st.integers(1, 20))
+    elif kind == "count":
+        start, step = draw(st.integers(0, 990)), draw(st.integers(-3, 500))
+        sep = draw(st.sampled_from([", ", "\n", " ", ",1"]))
+        body = sep.join(str(start + i * step) for i in range(draw(st.integers(1, 30))))
+    else:
+        words = draw(st.lists(st.sampled_from(["go", "ok", "let", "me", "read", "好", "。"]),
+                              min_size=1, max_size=8))
+        body = " ".join(words) * draw(st.integers(1, 20))
+    return (head + body + draw(st.text(alphabet="xy 9\n", max_size=30)))[:3000]
 
 
 @st.composite
@@ -101,6 +135,19 @@ SMALL = {
     "degeneracy": lambda: DegeneracyDetector(DegeneracyConfig(block_chars=32, streak=2)),
     "lines": lambda: LinesDetector(LinesConfig(min_mass=64, window_chars=512,
                                                min_concentration=2.0)),
+    "char-run": lambda: CharRunDetector(CharRunConfig(max_run=16, max_layout_run=24)),
+    "control-tokens": lambda: ControlTokensDetector(ControlTokensConfig(min_tokens=3,
+                                                                        window_chars=64)),
+    "progression": lambda: ProgressionDetector(ProgressionConfig(min_terms=5)),
+    "stale-words": lambda: StaleWordsDetector(StaleWordsConfig(ngram=2, window_words=8,
+                                                               min_stale_share=0.75,
+                                                               horizon_words=40)),
+    "guard-text": lambda: ChannelGuard("text", Config().replace(**{
+        "cycle.min_span_text": 48, "cycle.min_span_code": 96, "char_run.max_run": 16,
+        "char_run.max_layout_run": 24, "control_tokens.min_tokens": 3,
+        "progression.min_terms": 5, "stale_words.enabled": True, "stale_words.ngram": 2,
+        "stale_words.window_words": 8, "degeneracy.block_chars": 32,
+        "identical_chunks.max_repeats": 0})),
     "guard": lambda: ChannelGuard("reasoning", Config().replace(**{
         "cycle.min_span_reasoning": 48, "cycle.min_span_code": 96, "block_repeat.block_chars": 32,
         "degeneracy.block_chars": 32, "lines.min_mass": 64, "lines.window_chars": 512,
@@ -112,7 +159,7 @@ def _property(name: str) -> Callable[[], None]:
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def prop(data: st.DataObject) -> None:
-        text = data.draw(st.one_of(streams(), counted_streams()))
+        text = data.draw(st.one_of(streams(), counted_streams(), flood_streams()))
         reference = _check(SMALL[name], text, data.draw(splits(text)))
         event("tripped" if reference is not None else "clean")
 
@@ -125,6 +172,11 @@ test_block_repeat_split_independent = _property("block-repeat")
 test_degeneracy_split_independent = _property("degeneracy")
 test_lines_split_independent = _property("lines")
 test_channel_guard_split_independent = _property("guard")
+test_char_run_split_independent = _property("char-run")
+test_control_tokens_split_independent = _property("control-tokens")
+test_progression_split_independent = _property("progression")
+test_stale_words_split_independent = _property("stale-words")
+test_text_guard_split_independent = _property("guard-text")
 
 
 def test_default_guard_split_independent_on_samples() -> None:

@@ -8,10 +8,16 @@ answers holds none longer than a table template. Every real loop in the corpus
 is prose-shaped (code-symbol share 0.00, no indented line). So the repetition
 rules ask more of code-shaped material before they cut it, and still cut it.
 
-Code-shaped: a line indented by two or more spaces or a tab, or code symbols
-(ASCII brackets, operators, quotes, ``_``, ``#``, backticks...) making at least
-``CODE_SYMBOL_SHARE`` of the non-space characters. Full-width CJK punctuation
-is not a code symbol, so CJK prose loops stay prose.
+Code-shaped: a line indented by two or more spaces or a tab (a list item is
+not), or code symbols (ASCII brackets, operators, ``_``, backticks...) making at
+least ``CODE_SYMBOL_SHARE`` of the non-space characters. What prose punctuates
+with does not count: an apostrophe inside a word (``I'm``), a colon before a
+space (``Output: ...``), ``#`` (headings, hashtags), brackets opened after a
+space with no code inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8]``).
+Measured on the development corpus, a third of the real loops the older gate
+sent to the long code span were prose (``I'm not sure.``, a heading, a letter
+template). Full-width CJK punctuation is not a code symbol, so CJK prose loops
+stay prose.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ _CODE_SYMBOLS = re.compile(
 # Brackets as prose uses them: opened after a space or a line start, closed on the same
 # line, with no code symbol inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8, 1]``).
 # ``foo(a)`` and ``x[0]`` open right after a word and stay code.
-_PROSE_BRACKETS = re.compile(r"(?:(?<=\s)|^)(?:\([^()\[\]{}=<>;|\\\n]{0,120}\)|\[[^()\[\]{}=<>;|\\\n]{0,120}\])")
+_INSIDE = r"[^()\[\]{}=<>;|\\\n]{0,120}"
+_PROSE_BRACKETS = re.compile(rf"(?:(?<=\s)|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
 # A line indented by two or more spaces or a tab, unless it is a list item.
 _INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")

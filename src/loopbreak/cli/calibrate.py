@@ -47,6 +47,7 @@ from loopbreak._corpus import (
     sample_streams,
     stdlib_sources,
 )
+from loopbreak._engine.trip import Channel
 from loopbreak._errors import InputError
 
 
@@ -273,8 +274,8 @@ def _source_table(title: str, scores: Iterable[SourceScore],
     if chosen is not None:
         columns.append("settings chosen without it (differ from defaults)")
     for name in columns:
-        table.add_column(name, justify="left" if name[0].isalpha() and name in (
-            "source", "median / worst after start", "clean trips") or name.startswith(
+        table.add_column(name, justify="left" if (name[0].isalpha() and name in (
+            "source", "median / worst after start", "clean trips")) or name.startswith(
             "settings") else "right")
     for sc in scores:
         lat = ", ".join(f"{kind} {statistics.median(v):,.0f}/{max(v):,}"
@@ -298,8 +299,9 @@ def _run_loso(args: argparse.Namespace, sweeps: list[Sweep]) -> int:
     loops, clean, note = _corpora(args)
     stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
               for ch in ("reasoning", "text")}
-    by_channel = {ch: clean_for(ch, clean) + stdlib[ch]  # type: ignore[arg-type]
-                  for ch in ("reasoning", "text")}
+    channels: tuple[Channel, ...] = ("reasoning", "text")
+    by_channel: dict[Channel, list[LabelledStream]] = {
+        ch: clean_for(ch, clean) + stdlib[ch] for ch in channels}
     err = Console(stderr=True)
     if not args.json:
         err.print(note)

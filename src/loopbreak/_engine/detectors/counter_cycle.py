@@ -1,28 +1,33 @@
-"""counter-cycle: the tail repeats once every digit reads as 0.
+"""counter-cycle: the tail repeats once every number reads as 0.
 
 A small model asked for a list can fall into ``14. Pluto`` / ``15. Pluto`` /
 ``16. Pluto`` ... until its token budget runs out. No two lines are equal, so
 ``lines`` sees nothing, and the ticking number breaks every period ``cycle``
-could find. Read with every digit as ``0`` (a map that keeps every character
-in place, so offsets stay exact), the tail is periodic again: this rule is
-``cycle`` over that reading, with cycle's period cap and spans, the longer code
-span included. Its evidence shows the unit as read (``00. Pluto``).
+could find. Read with every run of digits as one ``0`` (so ``9.`` and ``10.``
+read alike), the tail is periodic again: this rule is ``cycle`` over that
+reading, with a position map back to the stream so ``at`` stays exact. Its
+evidence shows the unit as read (``0. Pluto``).
 
 Data repeats with only its numbers changing for good reasons (a base64 image
-attached twice, ``KEY_F1`` ... ``KEY_F63`` tables, number lists a user asked
-for), so a unit counts only if it holds a digit and at least
-``min_word_share`` of its characters lie in words of letters, taken around the
-cycle so that every rotation of a unit scores the same. The counted loops
-SmolLM2-135M wrote here, and Qwen1.5-1.8B and falcon-7b wrote in AlpacaEval,
-score 0.27-0.98; the base64 stretch in CPython's ``test_email`` 0.01.
+attached twice, ``KEY_F1`` ... ``KEY_F63`` tables, a training log, an
+enumeration of candidates), so a unit counts only if
 
-Measured 2026-12-01 (``loopbreak calibrate --only counter``; 27 loops, 3,412
-clean streams per channel): a share of 0 trips 4 clean stdlib files, 0.1-0.5
-trip none and cut the same loops, 0.75 misses 2 more. Of the 6 runaway lists
-SmolLM2-135M wrote (``_data/smollm2_lists.jsonl``), which every other rule
-misses, it cuts the 4 with prose-shaped units at 318-916 characters; the 2
-whose units look like code (``41. Calcium (Ca)``, ``Le décembre 41: 42``) need
-the 1,536-character code span, longer than those answers.
+* at least ``min_word_share`` of its characters lie in words of letters (a CJK
+  character is a word), taken around the cycle so that every rotation scores
+  the same: the base64 stretch in CPython's ``test_email`` scores 0.01;
+* it holds at most ``max(2, words / words_per_number)`` numbers: a counted
+  template changes one number, a log line (``Epoch 3/30 - loss: 0.52 - acc:
+  0.81``) five;
+* the tail holds ``min_copies`` whole copies of it, not cycle's two: an honest
+  enumeration (the dice totals 3 to 6, each in the same sentence) repeats its
+  template three or four times and stops.
+
+Measured 2026-12-01 on the development corpus (``loopbreak calibrate``: 1,344
+real loops from five public sources and the shared corpus, 25,800 clean
+streams): ``words_per_number`` 0.5 trips a real enumeration that 1 spares; 4
+and 8 miss 14 and 29 more counted loops. Of the 6 runaway lists SmolLM2-135M
+wrote (``_data/smollm2_lists.jsonl``), which every other rule misses, it cuts
+all 6.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ class CounterCycleDetector(CycleDetector):
         cfg = config or CounterCycleConfig()
         span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._copies = cfg.min_copies  # read by the span the base class sizes its buffer for
-        super().__init__(cycle, channel, min_span=span)
+        super().__init__(cycle, channel, min_span=span, max_period=cfg.max_period)
         self._min_word_share = cfg.min_word_share
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose

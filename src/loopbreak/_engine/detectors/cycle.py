@@ -4,18 +4,23 @@ Catches verbatim loops of any unit up to ``max_period`` characters, however the
 unit is worded (``好。执行。好。``, ``Go. / OK. / Let me write.`` in a fixed order,
 a 409-character paragraph). The condition, at every character ``m`` of the
 stream: there is a period ``p <= max_period`` such that the last
-``max(min_span, 2p)`` characters repeat with period ``p``, and the unit has at
-least ``min_distinct`` distinct characters (so ``====`` and ``────`` rules do not
+``max(min_span, 2p + past_two_copies)`` characters repeat with period ``p`` (two
+whole copies and the start of a third: an answer prints a heading or an item
+twice and moves on; in reasoning a unit up to ``two_copies_reasoning`` needs
+only its two copies, as the seed's DeepSeek loops were cut), and the unit has at least
+``min_distinct`` distinct characters (so ``====`` and ``────`` rules do not
 count). The evidence names the smallest such period. A unit shaped like code
 or data (``shape.looks_like_code``) must repeat over ``min_span_code`` instead:
 code repeats verbatim for good reasons (CPython's stdlib holds periodic
-stretches up to 1,030 characters; no real loop in the corpus is code-shaped).
+stretches up to 1,030 characters).
 
-The period cap must sit above every period ever measured (89-409 so far): a cap
-below the real period fails silently, which is how the seed plugin once missed
-a 409-character loop. Reasoning needs a longer span (384) than text (256)
-because reasoning restates plans; 384 caught 40 of 56 real reasoning-only
-stalls in the seed's corpus where 512 caught none.
+The period cap must sit above every period ever measured: a cap below the real
+period fails silently, which is how the seed plugin once missed a 409-character
+loop. Real loops of reasoning and chat models re-derive whole paragraphs
+verbatim with periods up to 1,396 characters (the development corpus), so the
+cap is 4,096. Reasoning needs a longer span (384) than text (256) because
+reasoning restates plans; 384 caught 40 of 56 real reasoning-only stalls in the
+seed's corpus where 512 caught none.
 
 Cost: instead of testing 512 periods at every character, each step of at most
 ``_step`` characters looks up where a short anchor inside every candidate
@@ -24,10 +29,13 @@ text yields almost no candidates, so the cost per character stays flat however
 long the stream grows, and the memory is the last ``max(min_span, 2 *
 max_period)`` characters plus one step.
 
-Measured 2026-12-01 (``loopbreak calibrate --only cycle``; 21 loops, 3,412 clean
-streams per channel): the defaults trip no clean stream and miss no loop; a
-text span of 192 or a code span of 1,024 trips clean text; a reasoning span of
-448 misses a real stall; a cap of 128 misses 3 real loops.
+Measured 2026-12-01 (``loopbreak calibrate``; 1,344 real loops, 25,800 clean
+streams): raising the cap from 512 to 4,096 cuts 40 more loops and trips no
+clean stream; a code span of 1,024 trips CPython's ``test_email``, 1,280 is the
+first clean (1,536 keeps a margin). In reasoning two whole copies of a unit up
+to 512 suffice, which keeps every cut of the seed's DeepSeek loops; it also cuts
+a real Qwen3 trace that restates a 212-character option twice and starts it a
+third time (asking 192 more would spare it, and cut the DeepSeek loops later).
 """
 
 from __future__ import annotations
@@ -66,10 +74,11 @@ class CycleDetector:
     rule = CYCLE
 
     def __init__(self, config: CycleConfig | None = None, channel: Channel = "reasoning",
-                 min_span: int | None = None) -> None:
+                 min_span: int | None = None, max_period: int | None = None) -> None:
         cfg = config or CycleConfig()
         self._channel: Channel = channel
-        self._max_period = cfg.max_period
+        self._max_period = cfg.max_period if max_period is None else min(cfg.max_period,
+                                                                           max_period)
         self._min_distinct = cfg.min_distinct
         # Which units count (a variant asks more); must not depend on where a unit is rotated.
         self._accepts: Callable[[str], bool] = self._distinct_enough
@@ -77,14 +86,15 @@ class CycleDetector:
             min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._min_span = min_span
         self._min_span_code = max(min_span, cfg.min_span_code)
-        self._past_two = (cfg.past_two_copies_reasoning if channel == "reasoning"
-                          else cfg.past_two_copies_text)
+        self._past_two = cfg.past_two_copies
+        self._two_only = cfg.two_copies_reasoning if channel == "reasoning" else 0
         # Every qualifying window ends in a run of matches at least this long.
         self._half = (min_span + 1) // 2
         self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
         # A step this short keeps the anchor inside every window ending in it.
         self._step = self._half - self._anchor + 1
-        self._keep = max(self._min_span_code, self._two_copies(self._max_period)) + self._step + self._anchor + 1
+        self._keep = (max(self._min_span_code, self._two_copies(self._max_period))
+                      + self._step + self._anchor + 1)
         self._buf = ""
         self._base = 0
         self._done = 0
@@ -100,8 +110,8 @@ class CycleDetector:
 
     def _two_copies(self, period: int) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
-        the start of a third."""
-        return 2 * period + self._past_two
+        the start of a third (in reasoning, two copies of a unit up to ``_two_only``)."""
+        return 2 * period + (0 if period <= self._two_only else self._past_two)
 
     def _reading(self, delta: str) -> str:
         """The text the periods are found in (a variant reads the stream through a map)."""
@@ -138,7 +148,8 @@ class CycleDetector:
                 unit = self._buf[at - self._base - period : at - self._base]
                 at = self._original(at)
                 code = looks_like_code(unit + unit)
-                span = max(self._min_span_code if code else self._min_span, self._two_copies(period))
+                span = max(self._min_span_code if code else self._min_span,
+                           self._two_copies(period))
                 return Trip(self.rule, self._channel, self._consumed, at, {
                     "period": period,
                     "span": span,

@@ -21,6 +21,10 @@ flood, and is not judged either. Behind the gates the evidence flags vote:
 A block is degenerate with the gate and >= ``min_evidence`` flags;
 ``streak`` degenerate blocks in a row trip, named emoji-flood (the emoji flag is
 up), symbol-flood (symbols alone are noisy or run-heavy) or degenerate-output.
+A block drawn only with what tables and rules are made of (``-``, ``|``, ``:``,
+``=``, ``+``, ``_``) is left to ``char-run``: a real answer pads a table border
+to 379 dashes. The rule judges the visible answer too (``on_text``): symbol
+floods end real answers of chat models (``+$+$+$``, ``#::#::``).
 Known limits: pure-symbol ASCII art without labels can trip (raise ``streak``);
 a wall that is 95% symbols and 5% words passes the gate by design.
 

@@ -15,8 +15,8 @@ numbers 1 to 100. Numbers are runs of ASCII digits; a separator longer than
 ``max_separator`` characters (words in between) ends a run, so counted prose
 lists are left to ``counter-cycle``.
 
-A number is judged when the character after it arrives; the trip lands at its
-last digit, however the stream is split.
+A number is judged on the character after its last digit, the first that shows
+it complete; the trip lands there however the stream is split.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class ProgressionDetector:
         pos = 0
         for m in _NUMBER.finditer(delta):
             if m.start() > pos:
-                trip = self._end_number(start + pos)
+                trip = self._end_number(start + pos + 1)
                 if trip is not None:
                     return trip
                 self._add_sep(delta[pos : m.start()])
@@ -76,7 +76,7 @@ class ProgressionDetector:
             self._digits = (self._digits + m.group())[: _MAX_DIGITS + 1]
             pos = m.end()
         if pos < len(delta):
-            trip = self._end_number(start + pos)
+            trip = self._end_number(start + pos + 1)
             if trip is not None:
                 return trip
             self._add_sep(delta[pos:])
@@ -87,7 +87,8 @@ class ProgressionDetector:
             self._sep = (self._sep + text)[: self._max_sep + 1]
 
     def _end_number(self, end: int) -> Trip | None:
-        """The number being read (if any) ended at stream position ``end``."""
+        """The number being read (if any) is complete at stream position ``end``: the
+        character after its last digit."""
         digits = self._digits
         if not digits:
             return None

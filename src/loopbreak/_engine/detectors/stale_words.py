@@ -16,8 +16,8 @@ about ``p`` plus the window after its onset.
 
 Code repeats its identifiers legitimately, so words on indented lines (two or
 more spaces or a tab, unless the line is a list item) are not read at all, the
-same gate ``lines`` uses. A word is judged when the character after it arrives,
-so the decision does not depend on how the stream is split.
+same gate ``lines`` uses. A word is judged on the character after it, the first
+that shows it complete, so the decision does not depend on how the stream is split.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ STALE_WORDS = "stale-words"
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 # A line break with the indentation (and list marker) that follows it, a CJK character,
 # or a word of letters and digits.
-_TOKEN = re.compile(rf"\n[ \t]*(?:[-*+\u2022]\s|\d+[.)]\s)?|[{_CJK}]|[^\W_{_CJK}]+")
+_TOKEN = re.compile(rf"\n[ \t]{{0,64}}(?:[-*+\u2022]\s|\d{{1,3}}[.)]\s)?|[{_CJK}]|[^\W_{_CJK}]+")
 _MAX_WORD = 48
+# The start of a list marker cut by the end of a delta (``1``, ``12.``, ``-``).
+_MARKER_START = re.compile(r"[-*+\u2022]|\d{1,3}[.)]?")
 
 
 class StaleWordsDetector:
@@ -79,7 +81,12 @@ class StaleWordsDetector:
                 # prefix stands for a long one (positions stay right: see ``base``).
                 self._carry = token[: _MAX_WORD + 1]
                 break
-            trip = self._token(token, base + m.end())
+            if token[0] == "\n" and _MARKER_START.fullmatch(text, m.end()):
+                # A list marker may be half here: judge the line break with the rest.
+                self._carry = text[m.start():]
+                break
+            # Judged on the character after the token, the first that shows it complete.
+            trip = self._token(token, base + m.end() + 1)
             if trip is not None:
                 return trip
         return None

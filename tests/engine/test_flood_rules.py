@@ -1,0 +1,129 @@
+"""char-run, control-tokens and progression: the floods no unit-based rule can see."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from loopbreak import Config, scan
+from loopbreak._config import CharRunConfig, ControlTokensConfig, ProgressionConfig
+from loopbreak._engine.detectors import (
+    CharRunDetector,
+    ControlTokensDetector,
+    CycleDetector,
+    DegeneracyDetector,
+    ProgressionDetector,
+)
+from support import first_trip, split_fixed, split_random
+
+INTRO = "Here is what I found after reading the report carefully.\n"
+
+
+# --- char-run -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("char", ["る", "！", "0", "1", "\x08", "」", "\n"])
+def test_a_run_of_one_character_is_cut_at_its_limit(char: str) -> None:
+    text = INTRO + char * 2000
+    trip = first_trip(CharRunDetector(channel="text"), text)
+    assert trip is not None and trip.rule == "char-run"
+    # The run starts where the intro's own characters stop being ``char``.
+    assert trip.at == len(INTRO.rstrip(char)) + CharRunConfig().max_run
+    # cycle ignores one-character units on purpose, degeneracy lets letters and digits by.
+    assert first_trip(CycleDetector(channel="text"), text) is None
+
+
+@pytest.mark.parametrize("char", [" ", "-", "=", "_", "\t"])
+def test_layout_characters_run_longer(char: str) -> None:
+    cfg = CharRunConfig()
+    assert first_trip(CharRunDetector(), INTRO + char * (cfg.max_layout_run - 1) + "x") is None
+    trip = first_trip(CharRunDetector(), INTRO + char * 5000)
+    assert trip is not None and trip.at == len(INTRO) + cfg.max_layout_run
+
+
+def test_runs_that_clean_text_holds_are_left_alone() -> None:
+    # A padded markdown table (379 dashes, 367 spaces in a real AlpacaEval answer), a
+    # 200-character literal as CPython's tests spell one out.
+    table = "| Product" + " " * 367 + "| Price |\n|" + "-" * 379 + "|-------|\n"
+    literal = "    self.assertEqual(r(s), " + "'" + "a" * 200 + "')\n"
+    for text in (table * 3, literal * 3):
+        assert first_trip(CharRunDetector(channel="text"), text) is None
+
+
+def test_char_run_counts_across_deltas_exactly() -> None:
+    text = INTRO + "ab" * 10 + "!" * 1000
+    expected = first_trip(CharRunDetector(), text, size=1)
+    assert expected is not None
+    rng = random.Random(3)
+    for pieces in (split_fixed(text, 7), split_fixed(text, 300), split_random(text, rng)):
+        detector = CharRunDetector()
+        trip = next(t for t in (detector.feed(p) for p in pieces) if t is not None)
+        assert trip.at == expected.at
+
+
+# --- control-tokens -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("token", ["<|im_start|>\n", "<|im_end|>\n<|im_start|>", "<unk|LLM-jp> ",
+                                   "</s>", "[PAD]"])
+def test_leaking_control_tokens_are_cut(token: str) -> None:
+    text = INTRO + token * 200
+    trip = first_trip(ControlTokensDetector(channel="text"), text)
+    assert trip is not None and trip.rule == "control-tokens"
+    assert trip.at - len(INTRO) <= ControlTokensConfig().window_chars
+
+
+def test_a_text_that_explains_a_chat_template_is_left_alone() -> None:
+    chatml = ("ChatML wraps every turn:\n<|im_start|>system\nYou are helpful.<|im_end|>\n"
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+              "The model stops at <|im_end|>; <s> and </s> mark a sequence in Llama 2.\n")
+    assert first_trip(ControlTokensDetector(channel="text"), chatml * 1) is None
+    assert scan(chatml, "text") is None
+
+
+def test_a_control_token_split_across_deltas_counts_once() -> None:
+    text = INTRO + "<|im_start|>\n" * 40
+    expected = first_trip(ControlTokensDetector(), text, size=len(text))
+    for size in (1, 2, 5, 13, 32):
+        trip = first_trip(ControlTokensDetector(), text, size=size)
+        assert trip is not None and expected is not None and trip.at == expected.at
+
+
+# --- progression ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("start", "step", "sep"), [(1156, 1, ", "), (478000, 500, ", "),
+                                                    (7, 7, "\n"), (2000, -1, " ")])
+def test_a_runaway_count_is_cut(start: int, step: int, sep: str) -> None:
+    text = "Let me count them: " + sep.join(str(start + i * step) for i in range(2000))
+    trip = first_trip(ProgressionDetector(), text)
+    assert trip is not None and trip.rule == "progression"
+    assert trip.evidence["terms"] == ProgressionConfig().min_terms
+    assert trip.evidence["step"] == step and trip.evidence["separator"] == sep
+    # Nothing else sees it: no word, every number new.
+    assert scan(text, config=Config().replace(**{"progression.min_terms": 0})) is None
+
+
+def test_lists_people_ask_for_are_left_alone() -> None:
+    one_to_hundred = ", ".join(str(n) for n in range(1, 101))
+    ages = "He pays from age 30 to 62: " + ", ".join(str(n) for n in range(30, 63)) + "."
+    numbered = "".join(f"{n}. Item number {n}\n" for n in range(1, 120))
+    random_numbers = ", ".join(str(random.Random(n).randint(1, 9999)) for n in range(3000))
+    for text in (one_to_hundred, ages, numbered, random_numbers):
+        assert first_trip(ProgressionDetector(), text) is None
+
+
+def test_progression_judges_a_number_on_the_character_after_it() -> None:
+    text = "Counting: " + ", ".join(str(n) for n in range(10, 400))
+    expected = first_trip(ProgressionDetector(), text, size=len(text))
+    assert expected is not None and text[expected.at - 1] == ","
+    for size in (1, 3, 32):
+        trip = first_trip(ProgressionDetector(), text, size=size)
+        assert trip is not None and trip.at == expected.at
+
+
+# --- degeneracy on the visible answer -------------------------------------------------------
+
+def test_symbol_floods_are_cut_in_the_answer_by_default() -> None:
+    text = INTRO + "+$" * 2000
+    trip = first_trip(DegeneracyDetector(channel="text"), text)
+    assert trip is not None and trip.rule == "symbol-flood"
+    assert scan(text, "text") is not None
