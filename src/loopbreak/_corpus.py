@@ -156,7 +156,7 @@ def alpaca_loops(root: Path) -> Iterator[LabelledStream]:
     floods (labelled with where the periodic tail starts), hard loops by kind, and four
     clean look-alikes."""
     path = root / "alpaca_loops" / "loops.jsonl"
-    for number, row in enumerate(_jsonl_rows(path), start=1):
+    for number, row in _jsonl_rows(path):
         label = row.get("label")
         if label not in ("loop", "clean"):
             raise InputError(f"{path}:{number}: 'label' must be 'loop' or 'clean', not {label!r}")
@@ -190,7 +190,7 @@ def dev_corpus(dirs: list[Path] | None = None) -> Iterator[LabelledStream]:
 def _dev_rows(path: Path, source: str) -> Iterator[LabelledStream]:
     from loopbreak._engine.trip import CHANNELS
 
-    for number, row in enumerate(_jsonl_rows(path), start=1):
+    for number, row in _jsonl_rows(path):
         where = f"{path}:{number}"
         label, channel, kind = row.get("label"), row.get("channel"), row.get("kind")
         if label not in ("loop", "clean"):
@@ -211,8 +211,9 @@ def _dev_rows(path: Path, source: str) -> Iterator[LabelledStream]:
                              period=period if isinstance(period, int) else None)
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a (gzip-compressed) JSONL file; a bad line is a one-line error."""
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a (gzip-compressed) JSONL file with their line numbers; a bad
+    line is a one-line error naming it."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as lines:
@@ -225,10 +226,12 @@ def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
                     raise InputError(f"{path}:{number}: invalid JSON: {exc}") from None
                 if not isinstance(row, dict):
                     raise InputError(f"{path}:{number}: a row must be a JSON object")
-                yield row
+                yield number, row
     except FileNotFoundError:
-        raise InputError(f"corpus file not found: {path}") from None
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    except (OSError, EOFError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
 
 
@@ -250,24 +253,8 @@ def labelled_jsonl(path: str | os.PathLike[str]) -> Iterator[LabelledStream]:
     from loopbreak._engine.trip import CHANNELS
 
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, obj in _jsonl_rows(path):
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{where}: invalid JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: a stream must be a JSON object")
         label, channel = obj.get("label"), obj.get("channel", "reasoning")
         if label not in ("loop", "clean"):
             raise InputError(f"{where}: 'label' must be 'loop' or 'clean', not {label!r}")

@@ -15,7 +15,7 @@ from loopbreak import ChannelGuard, Config, CounterCycleConfig, CycleConfig
 from loopbreak._corpus import smollm2_lists
 from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector
 from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, read_counters, word_share
-from loopbreak._engine.shape import looks_like_code
+from loopbreak._engine.shape import unit_looks_like_code
 from support import feed_pieces, first_trip, split_fixed, split_random
 
 PLUTO = "".join(f"{n}. Pluto\n" for n in range(10, 99))
@@ -33,7 +33,7 @@ def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
     for m in range(1, len(folded) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = folded[m - p : m]
-            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span,
+            span = max(cfg.min_span_code if unit_looks_like_code(unit) else min_span,
                        counter.min_copies * p + cfg.past_two_copies)
             words = len(re.findall(r"[^\W\d_]+", unit))
             if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \

@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopbreak import CycleConfig, CycleDetector
-from loopbreak._engine.shape import looks_like_code
+from loopbreak._engine.shape import unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
 
 
@@ -16,7 +18,7 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int) -> tuple[int, int] |
     for m in range(1, len(text) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = text[m - p : m]
-            span = max(cfg.min_span_code if looks_like_code(unit + unit) else min_span,
+            span = max(cfg.min_span_code if unit_looks_like_code(unit) else min_span,
                        2 * p + cfg.past_two_copies)
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
@@ -114,9 +116,9 @@ def test_cycle_memory_stays_bounded() -> None:
     "- See the notes (above) for the reason: it holds.\n",
 ])
 def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
-    from loopbreak._engine.shape import looks_like_code
+    from loopbreak._engine.shape import unit_looks_like_code
 
-    assert not looks_like_code(unit + unit)
+    assert not unit_looks_like_code(unit)
     text = "Some honest work first, then the model repeats itself.\n" + unit * 60
     trip = first_trip(CycleDetector(channel="text"), text)
     assert trip is not None and trip.evidence["code"] is False
@@ -128,9 +130,17 @@ def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
     "<|im_end|>\n<|im_start|>",
 ])
 def test_code_symbols_still_make_a_unit_code(code: str) -> None:
-    from loopbreak._engine.shape import looks_like_code
+    from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
 
-    assert looks_like_code(code + code)
+    assert unit_looks_like_code(code) and looks_like_code(code + code)
+
+
+@given(st.text(alphabet="ab :*'\n[](=", min_size=1, max_size=30), st.integers(0, 29))
+def test_a_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
+    from loopbreak._engine.shape import unit_looks_like_code
+
+    k %= len(unit)
+    assert unit_looks_like_code(unit[k:] + unit[:k]) == unit_looks_like_code(unit)
 
 
 def test_periods_up_to_4096_are_cut_after_two_copies_and_a_bit() -> None:

@@ -44,11 +44,32 @@ _PROSE_BRACKETS = re.compile(rf"(?:(?<=\s)|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
 # A line indented by two or more spaces or a tab, unless it is a list item.
 _INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")
+# The most characters a pattern here looks at around a position (a prose bracket's span).
+_CONTEXT_CHARS = 130
 
 
 def is_indented(line: str) -> bool:
     """Whether ``line`` starts with two or more spaces or a tab before its text."""
     return line.startswith(("  ", "\t")) and not line.isspace()
+
+
+def unit_looks_like_code(unit: str) -> bool:
+    """Whether a repeating unit is shaped like code, judged around the cycle so that every
+    rotation of the unit gets the same answer: each position of the unit is judged once,
+    with as much of the cycle before and after it as any pattern here looks at."""
+    if not unit:
+        return False
+    side = -(-_CONTEXT_CHARS // len(unit))
+    text = unit * (2 * side + 1)
+    lo = side * len(unit)
+    hi = lo + len(unit)
+    if any(lo <= m.start() < hi for m in _INDENTED_LINE.finditer(text)):
+        return True
+    symbols = sum(1 for m in _CODE_SYMBOLS.finditer(text) if lo <= m.start() < hi)
+    if not symbols:
+        return False
+    symbols -= 2 * sum(1 for m in _PROSE_BRACKETS.finditer(text) if lo <= m.start() < hi)
+    return symbols > 0 and symbols >= CODE_SYMBOL_SHARE * len(_NON_SPACE.findall(unit))
 
 
 def is_table_row(line: str) -> bool:
@@ -60,8 +81,8 @@ def is_table_row(line: str) -> bool:
 def looks_like_code(text: str) -> bool:
     """Whether ``text`` is shaped like code or data (see the module docstring).
 
-    Only lines that start inside ``text`` can be indented: a block or a period
-    unit begins mid-line. Pass ``unit + unit`` to judge every rotation of a unit.
+    Only lines that start inside ``text`` can be indented: a block begins mid-line.
+    A repeating unit is judged by ``unit_looks_like_code``.
     """
     if _INDENTED_LINE.search(text):
         return True

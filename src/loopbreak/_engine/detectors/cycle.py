@@ -10,7 +10,7 @@ twice and moves on; in reasoning a unit up to ``two_copies_reasoning`` needs
 only its two copies, as the seed's DeepSeek loops were cut), and the unit has at least
 ``min_distinct`` distinct characters (so ``====`` and ``────`` rules do not
 count). The evidence names the smallest such period. A unit shaped like code
-or data (``shape.looks_like_code``) must repeat over ``min_span_code`` instead:
+or data (``shape.unit_looks_like_code``) must repeat over ``min_span_code`` instead:
 code repeats verbatim for good reasons (CPython's stdlib holds periodic
 stretches up to 1,030 characters).
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
-from loopbreak._engine.shape import looks_like_code
+from loopbreak._engine.shape import unit_looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 CYCLE = "cycle"
@@ -103,6 +103,10 @@ class CycleDetector:
         # same candidate periods step after step, and their runs only grow.
         self._runs: dict[int, int] = {}
         self._next_runs: dict[int, int] = {}
+        # The current batch (deltas up to one step that share an anchor) and the periods
+        # its anchor recurs at; None until looked up.
+        self._batch_end = 0
+        self._candidates: list[int] | None = None
 
     @property
     def consumed(self) -> int:
@@ -131,7 +135,8 @@ class CycleDetector:
 
     def reset(self) -> None:
         self._buf = ""
-        self._base = self._done = self._consumed = 0
+        self._base = self._done = self._consumed = self._batch_end = 0
+        self._candidates = None
         self._runs.clear()
         self._next_runs.clear()
 
@@ -140,14 +145,21 @@ class CycleDetector:
         if not self._max_period:
             return None
         delta = self._reading(delta)
-        step = self._step
-        for start in range(0, len(delta), step):
-            hit = self._advance(delta[start : start + step])
+        start = 0
+        while start < len(delta):
+            if self._done >= self._batch_end:
+                # A new batch of at most one step: every window ending in it holds the same
+                # anchor, so its candidate periods are looked up once for all its deltas.
+                self._batch_end = self._done + self._step
+                self._candidates = None
+            take = self._batch_end - self._done
+            hit = self._advance(delta[start : start + take])
+            start += take
             if hit is not None:
                 at, period = hit
                 unit = self._buf[at - self._base - period : at - self._base]
                 at = self._original(at)
-                code = looks_like_code(unit + unit)
+                code = unit_looks_like_code(unit)
                 span = max(self._min_span_code if code else self._min_span,
                            self._two_copies(period))
                 return Trip(self.rule, self._channel, self._consumed, at, {
@@ -178,26 +190,34 @@ class CycleDetector:
             # No unit ending in this step can count: what was measured is stale after it.
             self._runs.clear()
             return None
-        base, g = self._base, self._anchor
-        rel = n1 - self._half - base
-        anchor = buf[rel : rel + g]
-        low = max(0, rel - self._max_period)
-        end = rel - 1 + g
+        if self._candidates is None:
+            self._candidates = self._candidate_periods()
         best: tuple[int, int] | None = None
-        while end - low >= g:
-            q = buf.rfind(anchor, low, end)
-            if q < 0:
-                break
-            period = rel - q
+        for period in self._candidates:
             at = self._earliest(n0, n1, period)
             if at is not None and (best is None or at < best[0]):
                 best = (at, period)
                 if at == n0 + 1:
                     break
-            end = q - 1 + g
         self._runs, self._next_runs = self._next_runs, self._runs
         self._next_runs.clear()
         return best
+
+    def _candidate_periods(self) -> list[int]:
+        """The shifts, nearest first, at which the anchor of the current batch recurs."""
+        buf, g = self._buf, self._anchor
+        rel = self._batch_end - self._half - self._base
+        anchor = buf[rel : rel + g]
+        low = max(0, rel - self._max_period)
+        end = rel - 1 + g
+        periods = []
+        while end - low >= g:
+            q = buf.rfind(anchor, low, end)
+            if q < 0:
+                break
+            periods.append(rel - q)
+            end = q - 1 + g
+        return periods
 
     def _earliest(self, n0: int, n1: int, period: int) -> int | None:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies."""
@@ -226,7 +246,7 @@ class CycleDetector:
             unit = buf[at - base - period : at - base]
             if not self._accepts(unit):
                 return None
-            if looks_like_code(unit + unit):
+            if unit_looks_like_code(unit):
                 at = max(n0 + 1, n0 + need_code - run, need_code + period)
             return at if at <= n1 else None
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
@@ -244,7 +264,7 @@ class CycleDetector:
                     unit = buf[m - period : m]
                     if not self._accepts(unit):
                         return None
-                    shape_need = need_code if looks_like_code(unit + unit) else need
+                    shape_need = need_code if unit_looks_like_code(unit) else need
                 if run >= shape_need and m + base >= shape_need + period:
                     return m + base
         return None
