@@ -22,12 +22,13 @@ cap is 4,096. Reasoning needs a longer span (384) than text (256) because
 reasoning restates plans; 384 caught 40 of 56 real reasoning-only stalls in the
 seed's corpus where 512 caught none.
 
-Cost: instead of testing 512 periods at every character, each step of at most
-``_step`` characters looks up where a short anchor inside every candidate
-window recurred (``str.rfind``, in C); only those shifts are verified. Clean
+Cost: instead of testing every period at every character, the stream is cut into
+batches of at most ``_step`` characters; a short anchor that lies inside every
+window ending in a batch is looked up once per batch where it recurred
+(``str.rfind``, in C), and only those shifts are verified, delta by delta. Clean
 text yields almost no candidates, so the cost per character stays flat however
-long the stream grows, and the memory is the last ``max(min_span, 2 *
-max_period)`` characters plus one step.
+long the stream grows and however small the deltas are, and the memory is the
+last ``max(min_span, 2 * max_period)`` characters plus one step.
 
 Measured 2026-12-01 (``loopbreak calibrate``; 1,344 real loops, 25,800 clean
 streams): raising the cap from 512 to 4,096 cuts 40 more loops and trips no
