@@ -86,3 +86,32 @@ def test_cases_lists_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert set(recorded.values()) == {"counter-cycle"}
     assert all(not group["tripped"] for group in out["clean"].values())
 
+
+
+def test_leave_one_source_out_scores_a_source_under_settings_it_did_not_choose() -> None:
+    from loopbreak._calibrate import leave_one_source_out, loso_sweeps
+    from loopbreak._corpus import LabelledStream
+
+    intro = "Here is the answer you asked for, in full.\n"
+
+    def loop(source: str, i: int, char: str) -> LabelledStream:
+        return LabelledStream(f"{source}:l{i}", source, "loop", "text", intro + char * 600,
+                              len(intro), source=source, kind="flood")
+
+    def clean(source: str, i: int, text: str) -> LabelledStream:
+        return LabelledStream(f"{source}:c{i}", source, "clean", "text", text, source=source)
+
+    # Source "a" writes a legitimate 200-character run; source "b" never does.
+    loops = [loop("a", i, "!") for i in range(3)] + [loop("b", i, "？") for i in range(3)]
+    cleans = [clean("a", 0, intro + "=" * 10 + "!" * 200 + " done.\n"),
+              clean("b", 0, intro + "A plain answer.\n" * 5)]
+    (sweep,) = [s for s in loso_sweeps() if s.name == "char-run (text)"]
+    held = {h.source: h for h in leave_one_source_out([sweep], loops, {"text": cleans,
+                                                                       "reasoning": []})}
+    # Chosen without "a": nothing seen forbids 128, so "a"'s own clean run is cut: the
+    # out-of-sample cost a tuned default hides.
+    assert held["a"].chosen == {"char_run.max_run": 128, "char_run.max_layout_run": 384}
+    assert held["a"].score.clean_trips == ["a:c0"] and held["a"].score.cut == 3
+    # Chosen with "a" seen: 256, the first run length that spares it, and "b" is still cut.
+    assert held["b"].chosen.get("char_run.max_run", 256) == 256
+    assert held["b"].score.clean_trips == [] and held["b"].score.cut == 3
