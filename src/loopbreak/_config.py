@@ -270,9 +270,9 @@ class StaleWordsConfig(_Section):
     """stale-words: the last words repeat word runs said shortly before (long periods,
     pools, templates), whatever the period. Off by default: see its module."""
 
-    enabled: bool = _key(False, "Run stale-words on the visible answer. Off: on real clean "
-                                "answers it trips 11 of 13,600 at its best setting "
-                                "(2-copy repeats in CJK answers, HTML tables).")
+    enabled: bool = _key(False, "Run stale-words on the visible answer. Off: it trips 6 to 30 "
+                                "of 15,412 clean text streams at every setting swept "
+                                "(2-copy repeats in CJK answers, HTML tables, code).")
     on_reasoning: bool = _key(False, "Also judge reasoning: honest re-verification reuses its "
                                      "own phrases as much as a paraphrase loop does.")
     ngram: int = _key(8, "Words in a run compared with earlier runs (a CJK character is a "

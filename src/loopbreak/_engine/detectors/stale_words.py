@@ -18,6 +18,13 @@ Code repeats its identifiers legitimately, so words on indented lines (two or
 more spaces or a tab, unless the line is a list item) are not read at all, the
 same gate ``lines`` uses. A word is judged on the character after it, the first
 that shows it complete, so the decision does not depend on how the stream is split.
+
+Off by default. Measured 2026-12-01 (``loopbreak calibrate``, 1,353 loops, 15,412
+clean text streams): at every setting swept (5 or 8 words, windows of 128 or
+192, shares 0.95 or 1.0) it trips 6 to 30 clean streams: answers that repeat a
+paragraph twice, HTML tables, code. On reasoning it catches 6 to 9 of the 22
+real loops the other rules miss, and trips 3 to 12 finished Qwen3 traces that
+re-verify in the same words: it cannot tell them apart.
 """
 
 from __future__ import annotations
