@@ -41,7 +41,11 @@ from loopbreak._analyze import (
     summary,
 )
 from loopbreak._config import Config
-from loopbreak._engine.detectors.counter_cycle import COUNTER_CYCLE, DIGITS_AS_ZERO
+from loopbreak._engine.detectors.counter_cycle import (
+    COUNTER_CYCLE,
+    kept_positions,
+    read_counters,
+)
 
 DEFAULT_TITLE = "loopbreak analyze report"
 
@@ -197,10 +201,8 @@ def _cycle_marks(text: str, cut: int, period: int, *, counted: bool = False) -> 
         return _periodic_marks(text, cut, period, "")
     # counter-cycle's loop is periodic once every number reads as one 0: find the
     # repetitions in that reading, then map them back onto the text.
-    folded = text.translate(DIGITS_AS_ZERO)
-    kept = [i for i, c in enumerate(folded) if not (c == "0" and i and folded[i - 1] == "0")]
-    reading = "".join(folded[i] for i in kept)
-    marks = _periodic_marks(reading, bisect.bisect_left(kept, cut), period,
+    kept = kept_positions(text)
+    marks = _periodic_marks(read_counters(text), bisect.bisect_left(kept, cut), period,
                             ", its numbers aside")
     ends = kept[1:] + [len(text)]
     marks.ranges = [(kept[lo], ends[hi - 1], tint) for lo, hi, tint in marks.ranges]

@@ -56,7 +56,7 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
         detectors.append(LinesDetector(config.lines, channel))
     stale = config.stale_words
     if stale.enabled and (channel == "text" or stale.on_reasoning):
-        detectors.append(StaleWordsDetector(config.stale_words, channel))
+        detectors.append(StaleWordsDetector(stale, channel))
     if channel == "text" and config.identical_chunks.max_repeats:
         detectors.append(IdenticalChunksDetector(config.identical_chunks, channel))
     if channel == "reasoning" and config.limits.max_reasoning_chars:

@@ -14,6 +14,10 @@ from __future__ import annotations
 import unicodedata
 from bisect import bisect_right
 
+CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+"""Kana, CJK ideographs and Hangul, as a regular-expression class body: scripts written
+without spaces, whose every character the word-reading rules take as a word."""
+
 SPACE = "s"
 EMOJI = "e"
 MEANING = "m"

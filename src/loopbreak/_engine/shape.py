@@ -68,8 +68,8 @@ def unit_looks_like_code(unit: str) -> bool:
     symbols = sum(1 for m in _CODE_SYMBOLS.finditer(text) if lo <= m.start() < hi)
     if not symbols:
         return False
-    symbols -= 2 * sum(1 for m in _PROSE_BRACKETS.finditer(text) if lo <= m.start() < hi)
-    return symbols > 0 and symbols >= CODE_SYMBOL_SHARE * len(_NON_SPACE.findall(unit))
+    pairs = sum(1 for m in _PROSE_BRACKETS.finditer(text) if lo <= m.start() < hi)
+    return _enough_symbols(symbols - 2 * pairs, unit)
 
 
 def is_table_row(line: str) -> bool:
@@ -89,5 +89,9 @@ def looks_like_code(text: str) -> bool:
     symbols = len(_CODE_SYMBOLS.findall(text))
     if not symbols:
         return False
-    symbols -= 2 * len(_PROSE_BRACKETS.findall(text))
+    return _enough_symbols(symbols - 2 * len(_PROSE_BRACKETS.findall(text)), text)
+
+
+def _enough_symbols(symbols: int, text: str) -> bool:
+    """Whether ``symbols`` code symbols (prose brackets taken out) make ``text`` code."""
     return symbols > 0 and symbols >= CODE_SYMBOL_SHARE * len(_NON_SPACE.findall(text))

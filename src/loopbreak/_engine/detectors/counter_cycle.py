@@ -37,6 +37,7 @@ import re
 from bisect import bisect_left
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
+from loopbreak._engine.charclass import CJK_RANGES
 from loopbreak._engine.detectors.cycle import CycleDetector
 from loopbreak._engine.trip import Channel
 
@@ -49,12 +50,11 @@ DIGITS_AS_ZERO: dict[int, str] = {
 """ASCII and full-width digits as ``0``; a run of them is then read as one ``0``."""
 
 _ZERO_RUN = re.compile("0{2,}")
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 # Every CJK character is a word of its own (CJK prose has no spaces); anything else
 # between spaces or CJK characters is a token.
-_TOKEN = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
-_CJK_CHAR = re.compile(f"[{_CJK}]")
-_LETTER_RUN = re.compile(f"[{_CJK}]|[^\\W\\d_{_CJK}]+")
+_TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\s{CJK_RANGES}]+")
+_CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
+_LETTER_RUN = re.compile(f"[{CJK_RANGES}]|[^\\W\\d_{CJK_RANGES}]+")
 # A word of letters, with the quotes, apostrophes, hyphens and closing punctuation prose
 # puts around and inside one.
 _WORD = re.compile(r"[(\"'\u2018\u201c]?[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*[.,;:!?)\"'\u2019\u201d]*")
@@ -63,6 +63,13 @@ _WORD = re.compile(r"[(\"'\u2018\u201c]?[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*[.,;:!?
 def read_counters(text: str) -> str:
     """``text`` as this rule reads it: every run of digits as a single ``0``."""
     return _ZERO_RUN.sub("0", text.translate(DIGITS_AS_ZERO))
+
+
+def kept_positions(text: str) -> list[int]:
+    """Where each character of ``read_counters(text)`` stands in ``text``: every
+    character but a digit that follows a digit."""
+    folded = text.translate(DIGITS_AS_ZERO)
+    return [i for i, c in enumerate(folded) if not (c == "0" and i and folded[i - 1] == "0")]
 
 
 def word_share(unit: str) -> float:

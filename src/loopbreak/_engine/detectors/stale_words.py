@@ -33,14 +33,15 @@ import re
 from collections import deque
 
 from loopbreak._config import StaleWordsConfig
+from loopbreak._engine.charclass import CJK_RANGES
 from loopbreak._engine.trip import Channel, Trip
 
 STALE_WORDS = "stale-words"
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 # A line break with the indentation (and list marker) that follows it, a CJK character,
 # or a word of letters and digits.
-_TOKEN = re.compile(rf"\n[ \t]{{0,64}}(?:[-*+\u2022]\s|\d{{1,3}}[.)]\s)?|[{_CJK}]|[^\W_{_CJK}]+")
+_TOKEN = re.compile(rf"\n[ \t]{{0,64}}(?:[-*+\u2022]\s|\d{{1,3}}[.)]\s)?"
+                    rf"|[{CJK_RANGES}]|[^\W_{CJK_RANGES}]+")
 _MAX_WORD = 48
 # The start of a list marker cut by the end of a delta (``1``, ``12.``, ``-``).
 _MARKER_START = re.compile(r"[-*+\u2022]|\d{1,3}[.)]?")
