@@ -157,7 +157,8 @@ def replay_call(call: RecordedCall, guard: CallGuard) -> tuple[Trip | None, int]
             trip = guard.feed(delta.channel, delta.text) or trip
         if trip is not None and cut is None:
             cut, cut_position = trip, position
-    trip = guard.close_tool_call()
+    trip = guard.flush()
+    trip = guard.close_tool_call() or trip
     if trip is not None and cut is None:
         cut, cut_position = trip, position
     return cut, cut_position

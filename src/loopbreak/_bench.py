@@ -5,8 +5,9 @@ and each peer package that is installed) is measured the same way, on the same
 inputs, in the same process:
 
 * **throughput on clean text**: Python standard-library source (on every machine),
-  fed in deltas of ``delta_chars``. A stop here is a false positive: it is
-  recorded and a fresh guard judges the rest.
+  fed in token-sized deltas (:func:`token_deltas`, the default) or deltas of
+  ``delta_chars``, and again in deltas of ``fixed_chars`` (32) beside it. A stop
+  here is a false positive: it is recorded and a fresh guard judges the rest.
 * **throughput on looping text**: each of :func:`loopbreak._samples.loop_samples`
   is fed to a fresh guard until the guard stops it; only the characters actually
   judged count (a guard that has stopped judges nothing more).
@@ -28,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import statistics
 import sys
 import sysconfig
@@ -48,7 +50,8 @@ Clock = Callable[[], int]
 """Nanoseconds from an arbitrary origin (``time.perf_counter_ns``)."""
 
 Feeder = Callable[[str], bool]
-"""Judge one delta; ``True`` when the guard stops the stream on it."""
+"""Judge one delta; ``True`` when the guard stops the stream on it. An empty delta ends
+the stream (a guard that judges in batches judges what waits)."""
 
 Factory = Callable[[], Feeder]
 """A fresh guard, ready for the first delta of a stream."""
@@ -73,7 +76,10 @@ _DEADLINE_CHECK_EVERY = 256  # deltas between clock reads while feeding the long
 class BenchSettings:
     """Sizes and budgets of one run. The defaults finish well under a minute."""
 
-    delta_chars: int = 32
+    delta_chars: int = 0
+    """Characters per delta; 0: token-sized deltas (:func:`token_deltas`)."""
+    fixed_chars: int = 32
+    """Clean throughput is measured at this fixed delta size too (0: not)."""
     clean_chars: int = 500_000
     """Clean text judged per throughput pass."""
     near_chars: int = 10_000
@@ -92,10 +98,14 @@ class BenchSettings:
     there and probed where it got to (reported as capped)."""
 
     def __post_init__(self) -> None:
-        for name in ("delta_chars", "clean_chars", "window_deltas", "windows", "max_passes"):
+        for name in ("clean_chars", "window_deltas", "windows", "max_passes"):
             value = getattr(self, name)
             if value < 1:
                 raise InputError(f"{name} must be >= 1, not {value}")
+        for name in ("delta_chars", "fixed_chars"):
+            value = getattr(self, name)
+            if value < 0:
+                raise InputError(f"{name} must be >= 0 (0: token-sized), not {value}")
         if self.near_chars < 0:
             raise InputError(f"near_chars must be >= 0, not {self.near_chars}")
         if self.far_chars <= self.near_chars:
@@ -107,17 +117,27 @@ class BenchSettings:
                 raise InputError(f"{name} must be > 0, not {value}")
 
     @property
+    def step_chars(self) -> int:
+        """The size windows are measured in: ``delta_chars``, or a token's mean size."""
+        return self.delta_chars or TOKEN_CHARS
+
+    @property
+    def deltas_label(self) -> str:
+        """How the deltas are cut, for people."""
+        return f"{self.delta_chars}-char" if self.delta_chars else "token-sized"
+
+    @property
     def near_start(self) -> int:
-        return _round_up(self.near_chars, self.delta_chars)
+        return _round_up(self.near_chars, self.step_chars)
 
     @property
     def far_start(self) -> int:
-        return _round_up(self.far_chars, self.delta_chars)
+        return _round_up(self.far_chars, self.step_chars)
 
     @property
     def probe_chars(self) -> int:
         """Characters of all probe windows of one point together."""
-        return self.windows * self.window_deltas * self.delta_chars
+        return self.windows * self.window_deltas * self.step_chars
 
     @property
     def stream_chars(self) -> int:
@@ -188,10 +208,46 @@ def loop_inputs() -> list[LoopInput]:
 
 
 def cut(text: str, delta_chars: int) -> list[str]:
-    """``text`` in deltas of ``delta_chars`` characters."""
-    if delta_chars < 1:
-        raise InputError(f"delta_chars must be >= 1, not {delta_chars}")
+    """``text`` in deltas of ``delta_chars`` characters; 0: token-sized deltas."""
+    if delta_chars < 0:
+        raise InputError(f"delta_chars must be >= 0, not {delta_chars}")
+    if delta_chars == 0:
+        return token_deltas(text)
     return [text[i : i + delta_chars] for i in range(0, len(text), delta_chars)]
+
+
+TOKEN_CHARS = 4
+"""The mean size of a real token on prose and code, in characters (3-4)."""
+
+_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+_PICTOGRAPHS = "\U0001f000-\U0001faff\u2600-\u27bf"
+_TOKEN_PIECE = re.compile(
+    "'(?:[sdmt]|ll|ve|re)(?![^\\W\\d_])"  # English contractions
+    f"|[{_CJK}{_PICTOGRAPHS}]"  # one CJK character or pictograph
+    f"| ?[^\\W\\d_{_CJK}]+"  # a word with its leading space
+    "|\\d"  # one digit
+    "|\\s+(?!\\S)|\\s+"  # spaces, the last one left to the next word
+    f"| ?[^\\s\\w{_PICTOGRAPHS}]{{1,3}}"  # punctuation, up to three together
+    "|_+|[\\s\\S]"
+)
+_LONGEST_PIECE = 6
+_WORD_PART = 4
+
+
+def token_deltas(text: str) -> list[str]:
+    """``text`` cut the way a byte-level BPE tokenizer's stream arrives, without needing
+    one: a word with its leading space, one digit, one CJK character or pictograph
+    (a decoder emits whole characters), punctuation up to three together, and words
+    longer than six characters in four-character parts. Measured on the bench inputs it
+    is a little finer than SmolLM2's tokenizer (tests/integrations), so the figures it
+    gives are not flattered by coarse deltas."""
+    out: list[str] = []
+    for piece in _TOKEN_PIECE.findall(text):
+        if len(piece) <= _LONGEST_PIECE:
+            out.append(piece)
+        else:
+            out.extend(piece[i : i + _WORD_PART] for i in range(0, len(piece), _WORD_PART))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -217,9 +273,19 @@ class Throughput:
         return len(self.pass_ns)
 
     @property
+    def rates(self) -> tuple[float, ...]:
+        """Characters judged per second in each pass."""
+        return tuple(self.chars_per_pass * 1e9 / max(ns, 1) for ns in self.pass_ns)
+
+    @property
     def chars_per_s(self) -> float:
         """Median over passes of characters judged per second."""
-        return statistics.median(self.chars_per_pass * 1e9 / max(ns, 1) for ns in self.pass_ns)
+        return statistics.median(self.rates)
+
+    @property
+    def rate_range(self) -> tuple[float, float]:
+        """The slowest and the fastest pass, in characters per second."""
+        return min(self.rates), max(self.rates)
 
     @property
     def stop_count(self) -> int:
@@ -243,6 +309,9 @@ def _judge_pass(make: Factory, pieces: Sequence[Sequence[str]], go_on: bool,
                 if not go_on:
                     break
                 feed = make()
+        else:
+            if feed(""):
+                here.append(at)
         judged += at
         stops.append(tuple(here))
     return judged, tuple(stops)
@@ -306,7 +375,7 @@ def plan_stream(text: str, settings: BenchSettings) -> StreamPlan:
                          f"characters, only {len(text):,} were found")
     dc = settings.delta_chars
     near = settings.near_start
-    seg = settings.window_deltas * dc
+    seg = settings.window_deltas * settings.step_chars
     contexts = tuple(tuple(cut(text[k * seg : near + k * seg], dc))
                      for k in range(settings.windows))
     segments = tuple(tuple(cut(text[near + k * seg : near + (k + 1) * seg], dc))
@@ -433,8 +502,8 @@ def loopbreak_subject(channel: Channel, config: Config | None = None) -> Subject
 
     def make() -> Feeder:
         guard = ChannelGuard(channel, cfg)
-        feed = guard.feed
-        return lambda delta: feed(delta) is not None
+        feed, flush = guard.feed, guard.flush
+        return lambda delta: (feed(delta) if delta else flush()) is not None
 
     return Subject(f"loopbreak ({channel})", __version__, make)
 
@@ -487,7 +556,7 @@ def load_degen_guard() -> Peer:
 
     def make() -> Feeder:
         feed = cls().feed
-        return lambda delta: bool(feed(delta)[0])
+        return lambda delta: bool(delta) and bool(feed(delta)[0])
 
     version = _version(name)
     return Peer(name, DEGEN_INSTALL, "measured", version,
@@ -526,7 +595,7 @@ def load_dgxarley() -> Peer:
 
     def make() -> Feeder:
         feed = cls().feed
-        return lambda delta: bool(feed(delta).should_stop)
+        return lambda delta: bool(delta) and bool(feed(delta).should_stop)
 
     version = _version(name)
     return Peer(name, DGX_INSTALL, "measured", version,
@@ -569,6 +638,8 @@ class SubjectResult:
     looping: Throughput
     per_delta: PerDelta
     loop_stops: tuple[LoopStop, ...]
+    clean_fixed: Throughput | None = None
+    """Clean throughput at ``fixed_chars`` deltas, when measured beside the main one."""
 
     @property
     def false_positives(self) -> int:
@@ -639,8 +710,10 @@ def targets(result: SubjectResult) -> Targets:
 def measure_subject(subject: Subject, clean: Sequence[str], loops: Sequence[LoopInput],
                     plan: StreamPlan, settings: BenchSettings, *,
                     clock: Clock = time.perf_counter_ns,
-                    on_progress: Callable[[str, float], None] | None = None) -> SubjectResult:
-    """Clean throughput, looping throughput and per-delta cost of one subject.
+                    on_progress: Callable[[str, float], None] | None = None,
+                    clean_fixed: Sequence[str] = ()) -> SubjectResult:
+    """Clean throughput (and at fixed-size deltas, when given), looping throughput and
+    per-delta cost of one subject.
 
     ``on_progress(what, done)`` gets this subject's share done (0..1)."""
     def step(what: str, done: float) -> None:
@@ -651,6 +724,11 @@ def measure_subject(subject: Subject, clean: Sequence[str], loops: Sequence[Loop
     clean_tp = measure_throughput(subject.make, [clean], go_on=True,
                                   min_seconds=settings.min_seconds,
                                   max_passes=settings.max_passes, clock=clock)
+    fixed_tp = None
+    if clean_fixed:
+        fixed_tp = measure_throughput(subject.make, [clean_fixed], go_on=True,
+                                      min_seconds=settings.min_seconds,
+                                      max_passes=settings.max_passes, clock=clock)
     step("looping text", 0.2)
     pieces = [cut(loop.text, settings.delta_chars) for loop in loops]
     loop_tp = measure_throughput(subject.make, pieces, go_on=False,
@@ -665,7 +743,7 @@ def measure_subject(subject: Subject, clean: Sequence[str], loops: Sequence[Loop
         for loop, s in zip(loops, loop_tp.stops, strict=True)
     )
     return SubjectResult(subject.name, subject.version, subject.note, clean_tp, loop_tp,
-                         per_delta, stops)
+                         per_delta, stops, fixed_tp)
 
 
 # ---------------------------------------------------------------------------
@@ -737,6 +815,9 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
     clean = clean if clean is not None else stdlib_text(settings.clean_needed)
     plan = plan_stream(clean.text, settings)
     clean_deltas = cut(clean.text[: settings.clean_chars], settings.delta_chars)
+    fixed = settings.fixed_chars
+    clean_fixed = cut(clean.text[: settings.clean_chars], fixed) \
+        if fixed and fixed != settings.delta_chars else []
     loops = loop_inputs()
     peers = list(peers) if peers is not None else find_peers()
     subjects = [loopbreak_subject(channel) for channel in CHANNELS]
@@ -749,7 +830,8 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
                 on_progress(what, (i + done) / len(subjects))
 
         results.append(measure_subject(subject, clean_deltas, loops, plan, settings,
-                                       clock=clock, on_progress=progress))
+                                       clock=clock, on_progress=progress,
+                                       clean_fixed=clean_fixed))
     if on_progress is not None:
         on_progress("done", 1.0)
 
@@ -770,8 +852,9 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
 
 
 def _throughput_dict(tp: Throughput) -> dict[str, Any]:
-    return {"chars_per_s": tp.chars_per_s, "chars_per_pass": tp.chars_per_pass,
-            "passes": tp.passes}
+    low, high = tp.rate_range
+    return {"chars_per_s": tp.chars_per_s, "chars_per_s_range": [low, high],
+            "chars_per_pass": tp.chars_per_pass, "passes": tp.passes}
 
 
 def subject_dict(result: SubjectResult) -> dict[str, Any]:
@@ -792,6 +875,7 @@ def subject_dict(result: SubjectResult) -> dict[str, Any]:
         "version": result.version,
         "note": result.note,
         "clean": clean,
+        "clean_fixed": _throughput_dict(result.clean_fixed) if result.clean_fixed else None,
         "looping": looping,
         "per_delta": {
             "near_at": pd.near_at, "far_at": pd.far_at, "far_target": pd.far_target,
@@ -832,7 +916,8 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
                     "platform": m.platform, "machine": m.machine, "cpu_count": m.cpu_count,
                     "load_before": m.load_before, "load_after": m.load_after},
         "settings": {
-            "delta_chars": s.delta_chars, "clean_chars": s.clean_chars,
+            "delta_chars": s.delta_chars, "deltas": s.deltas_label,
+            "fixed_chars": s.fixed_chars, "clean_chars": s.clean_chars,
             "near_chars": s.near_start, "far_chars": s.far_start,
             "window_deltas": s.window_deltas, "windows": s.windows,
             "min_seconds": s.min_seconds, "max_passes": s.max_passes,

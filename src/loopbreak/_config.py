@@ -345,6 +345,19 @@ class LimitsConfig(_Section):
 
 
 @dataclass(frozen=True)
+class JudgingConfig(_Section):
+    """How often the single-call rules look at a stream."""
+
+    batch_chars: int = _key(64, "Deltas are judged together once this many characters wait (and "
+                                "when the channel changes, a tool call starts or the call ends). "
+                                "Every rule still trips at the same character; a cut lands at "
+                                "most this many characters minus one later. 64: token-sized "
+                                "(4-char) deltas cost what 64-char ones do (see bench), 16 tokens "
+                                "of delay at most. 1 = every delta.",
+                        low=1, high=1 << 20)
+
+
+@dataclass(frozen=True)
 class StallConfig(_Section):
     """stall: calls that think without doing, across calls of one session."""
 
@@ -437,6 +450,7 @@ class Config:
     control_tokens: ControlTokensConfig = field(default_factory=ControlTokensConfig)
     identical_chunks: IdenticalChunksConfig = field(default_factory=IdenticalChunksConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    judging: JudgingConfig = field(default_factory=JudgingConfig)
     stall: StallConfig = field(default_factory=StallConfig)
     tool_failure: ToolFailureConfig = field(default_factory=ToolFailureConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)

@@ -160,7 +160,7 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
                 view.guidance.clear()
             session.observe(m.text[-2000:])
         elif m.role == "assistant":
-            session.start_call()
+            session.count_call()
             grams = None
             if i in keep:
                 grams = GramSet()

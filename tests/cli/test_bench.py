@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopbreak import scan
 from loopbreak._bench import (
     QUICK,
+    TOKEN_CHARS,
     BenchSettings,
     Factory,
     Feeder,
@@ -34,6 +37,7 @@ from loopbreak._bench import (
     plan_stream,
     ratios,
     stdlib_text,
+    token_deltas,
 )
 from loopbreak._errors import InputError
 from loopbreak.cli import main
@@ -59,6 +63,8 @@ def fake_guard(clock: FakeClock, cost: Callable[[int], int],
 
         def feed(delta: str) -> bool:
             nonlocal seen
+            if not delta:  # the end of a stream: nothing waits in this guard
+                return False
             clock.now += cost(seen)
             seen += len(delta)
             return stop_after is not None and seen >= stop_after
@@ -111,7 +117,7 @@ def test_throughput_median_ignores_one_slow_pass() -> None:
         cost = next(passes)
 
         def feed(delta: str) -> bool:
-            clock.now += cost
+            clock.now += cost if delta else 0
             return False
 
         return feed
@@ -200,7 +206,9 @@ def test_plan_times_the_same_deltas_near_and_far() -> None:
     for context, segment in zip(plan.contexts, plan.segments, strict=True):
         joined = "".join(context) + "".join(segment)
         assert joined in text
-    assert BenchSettings().stream_chars >= 1_050_000
+    # The default probes sit past 1 MB of one stream, in token-sized deltas.
+    assert BenchSettings().far_start >= 1_000_000 and BenchSettings().delta_chars == 0
+    assert BenchSettings().stream_chars > BenchSettings().far_start
 
 
 def test_plan_needs_enough_clean_text() -> None:
@@ -238,8 +246,10 @@ def test_targets_judge_the_thresholds() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(InputError, match="delta_chars must be >= 1, not 0"):
-        BenchSettings(delta_chars=0)
+    with pytest.raises(InputError, match=r"delta_chars must be >= 0 \(0: token-sized\), not -1"):
+        BenchSettings(delta_chars=-1)
+    with pytest.raises(InputError, match="fixed_chars must be >= 0"):
+        BenchSettings(fixed_chars=-3)
     with pytest.raises(InputError, match="far_chars"):
         BenchSettings(near_chars=100, far_chars=100)
 
@@ -427,5 +437,90 @@ def test_bench_without_peers_prints_tables(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_bench_rejects_a_bad_delta_size(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--quick", "--delta-chars", "0"]) == 2
-    assert "delta_chars must be >= 1, not 0" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--delta-chars", "-1"]) == 2
+    assert "delta_chars must be >= 0 (0: token-sized), not -1" in capsys.readouterr().err
+
+
+def test_bench_measures_token_sized_deltas_and_32_char_ones(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--no-peers", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["deltas"] == "token-sized"
+    assert report["settings"]["fixed_chars"] == 32
+    for result in report["loopbreak"].values():
+        low, high = result["clean"]["chars_per_s_range"]
+        assert 0 < low <= result["clean"]["chars_per_s"] <= high
+        assert result["clean_fixed"]["chars_per_s"] > 0
+    assert main(["bench", "--quick", "--no-peers"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps narrow output
+    assert "token-sized deltas" in out and "@32" in out
+
+
+# --- token-sized deltas ------------------------------------------------------------
+
+
+def test_token_deltas_cut_like_a_tokenizer_stream() -> None:
+    text = "Hello, world! It's 2026.\n    return value_of(x)  # ok\n你好，世界 😀😀"
+    pieces = token_deltas(text)
+    assert "".join(pieces) == text
+    assert pieces[:6] == ["Hello", ",", " world", "!", " It", "'s"]
+    assert [p for p in pieces if p.isdigit()] == ["2", "0", "2", "6"]  # one digit each
+    assert pieces[pieces.index("你"):pieces.index("界") + 1] == ["你", "好", "，", "世", "界"]
+    assert pieces.count("😀") == 2
+    assert max(map(len, pieces)) <= 6
+
+
+@given(st.text(max_size=300))
+def test_token_deltas_lose_nothing(text: str) -> None:
+    assert "".join(token_deltas(text)) == text
+    assert all(token_deltas(text))
+
+
+def test_token_deltas_are_about_a_token_long_on_clean_text() -> None:
+    text = stdlib_text(50_000).text
+    mean = len(text) / len(token_deltas(text))
+    assert 2.0 <= mean <= TOKEN_CHARS
+
+
+# --- the adversarial suite ---------------------------------------------------------
+
+
+def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--adversarial", "--quick", "--no-peers", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    names = [i["name"] for i in report["inputs"]]
+    assert names == ["1-char flood", "counting run", "number per line", "numbered lines",
+                     "numeric CSV", "no newline", "CJK", "emoji", "unique lines"]
+    subjects = {r["subject"] for r in report["engine"]}
+    assert subjects == {"loopbreak (reasoning)", "loopbreak (text)"}
+    assert len(report["engine"]) == 2 * len(names)
+    for r in report["engine"]:
+        low, high = r["chars_per_s_range"]
+        assert 0 < low <= r["chars_per_s"] <= high and r["passes"] >= 1
+    # The flood and the counting run trip (and restart); the prose-free inputs never do.
+    stops = {(r["subject"], r["input"]): r["stops"] for r in report["engine"]}
+    assert stops[("loopbreak (reasoning)", "1-char flood")] > 0
+    assert stops[("loopbreak (text)", "counting run")] > 0
+    assert stops[("loopbreak (text)", "unique lines")] == 0
+    assert [p["name"] for p in report["parts"]] == ["tool argument", "SSE event",
+                                                    "history replay"]
+    assert all(len(p["ms"]) == 3 and p["median_ms"] > 0 for p in report["parts"])
+    slowest = report["targets"]["slowest"]
+    assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]
+                                             for r in report["engine"])
+    assert main(["bench", "--adversarial", "--quick", "--no-peers"]) == 0
+    out = capsys.readouterr().out
+    assert "Adversarial inputs" in out and "history replay" in out and "Targets" in out
+
+
+def test_adversarial_and_proxy_are_two_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--adversarial", "--proxy", "--quick"]) == 2
+    assert "run one at a time" in capsys.readouterr().err
+
+
+def test_history_body_is_the_size_the_suite_says() -> None:
+    from loopbreak._bench_adversarial import history_body
+
+    body = history_body(800)
+    assert sum(1 for m in body["messages"] if m["role"] == "assistant") == 800
+    assert 5e6 < len(json.dumps(body)) < 8e6

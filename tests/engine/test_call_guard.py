@@ -88,3 +88,95 @@ def test_summary_counts_channels_and_tool_calls() -> None:
     assert summary.productive and summary.trip is None
     assert summary.grams is not None and len(summary.grams) > 0
     assert CallGuard().summary().grams is None
+
+
+# -- judging in batches ------------------------------------------------------------------------
+
+
+def _first_at(text: str, channel: str = "reasoning") -> int:
+    """Where the rules trip on ``text`` judged one character at a time."""
+    guard = ChannelGuard(channel, Config().replace(**{"judging.batch_chars": 1}))  # type: ignore[arg-type]
+    for i, ch in enumerate(text):
+        trip = guard.feed(ch)
+        if trip is not None:
+            assert trip.offset == i + 1
+            return trip.at
+    raise AssertionError("no trip")
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64, 300])
+def test_token_sized_deltas_trip_at_the_same_character_at_most_a_batch_later(batch: int) -> None:
+    text = verbatim_loop().text
+    at = _first_at(text)
+    guard = ChannelGuard("reasoning", Config().replace(**{"judging.batch_chars": batch}))
+    trip = None
+    for i in range(0, len(text), 4):
+        trip = guard.feed(text[i : i + 4])
+        if trip is not None:
+            break
+    assert trip is not None and trip.at == at
+    assert at <= trip.offset < at + batch + 4
+    assert guard.pending == 0 and guard.consumed == trip.offset
+
+
+def test_what_waits_is_judged_by_flush() -> None:
+    text = verbatim_loop().text
+    at = _first_at(text)
+    guard = ChannelGuard("reasoning")
+    # Everything up to the trip in pieces too small to complete a batch.
+    assert guard.feed(text[: at - 10]) is None
+    for ch in text[at - 10 : at]:
+        assert guard.feed(ch) is None
+    assert guard.pending == 10
+    trip = guard.flush()
+    assert trip is not None and (trip.at, trip.offset) == (at, at)
+    assert guard.flush() is None and guard.trip is trip
+
+
+def test_a_channel_switch_judges_the_other_channel_first() -> None:
+    text = verbatim_loop().text
+    at = _first_at(text)
+    guard = CallGuard()
+    assert guard.feed("reasoning", text[: at - 3]) is None
+    assert guard.feed("reasoning", text[at - 3 : at]) is None  # waits in a batch
+    trip = guard.feed("text", "The answer.")
+    assert trip is not None and (trip.channel, trip.at, trip.offset) == ("reasoning", at, at)
+
+
+def test_a_trip_found_as_a_tool_call_opens_waits_for_it_to_close() -> None:
+    text = verbatim_loop().text
+    at = _first_at(text)
+    guard = CallGuard()
+    guard.feed("reasoning", text[: at - 3])
+    guard.feed("reasoning", text[at - 3 : at])
+    guard.tool_call_delta("call_1", name="bash", arguments='{"cmd": ')
+    assert guard.held is not None and guard.held.at == at
+    guard.tool_call_delta("call_1", arguments='"ls"}')
+    released = guard.close_tool_call("call_1")
+    assert released is not None and released.at == at
+    assert guard.tool_calls[0].arguments == '{"cmd": "ls"}'
+
+
+def test_summary_and_flush_judge_what_waits() -> None:
+    text = verbatim_loop().text
+    at = _first_at(text)
+    guard = CallGuard()
+    guard.feed("reasoning", text[: at - 3])
+    guard.feed("reasoning", text[at - 3 : at])
+    assert guard.trip is None
+    assert guard.summary().trip is not None and guard.trip is not None and guard.trip.at == at
+    other = CallGuard()
+    other.feed("reasoning", text[: at - 3])
+    other.feed("reasoning", text[at - 3 : at])
+    flushed = other.flush()
+    assert flushed is not None and flushed.at == at and other.flush() is None
+
+
+def test_tool_arguments_in_many_pieces_are_joined_once() -> None:
+    guard = CallGuard()
+    pieces = [f'{{"n": {i}}}' for i in range(2000)]
+    for piece in pieces:
+        guard.tool_call_delta("call_1", arguments=piece)
+    record = guard.tool_calls[0]
+    assert record.arguments == "".join(pieces)
+    assert record.arguments is record.arguments  # joined once, then kept

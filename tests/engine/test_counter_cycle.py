@@ -35,13 +35,24 @@ def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
             unit = folded[m - p : m]
             span = max(cfg.min_span_code if unit_looks_like_code(unit) else min_span,
                        counter.min_copies * p + cfg.past_two_copies)
-            words = len(re.findall(r"[^\W\d_]+", unit))
+            words = _cyclic_words(unit)
             if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct and "0" in unit \
-                    and unit.count("0") <= max(2, words / 8) \
+                    and unit.count("0") <= max(2, words / counter.words_per_number) \
                     and word_share(unit) >= share:
                 return kept[m - 1] + 1, p
     return None
+
+
+def _cyclic_words(unit: str) -> int:
+    """Letter runs of ``unit`` read as a cycle: every rotation is tried and the one that
+    starts where no word is cut counts (a unit of letters only is one word)."""
+    if not unit:
+        return 0
+    if unit.isalpha():
+        return 1
+    counts = [len(re.findall(r"[^\W\d_]+", unit[k:] + unit[:k])) for k in range(len(unit))]
+    return min(counts)
 
 
 def _counted_text(rng: random.Random) -> str:
@@ -89,6 +100,7 @@ def test_a_counted_list_is_cut_where_cycle_sees_nothing(channel: str) -> None:
     # The full guard reports it, at the same character.
     guard = ChannelGuard(channel)  # type: ignore[arg-type]
     trips = [t for t in (guard.feed(text[i : i + 32]) for i in range(0, len(text), 32)) if t]
+    trips += [t for t in (guard.flush(),) if t]
     assert [(t.rule, t.at) for t in trips] == [("counter-cycle", trip.at)]
 
 

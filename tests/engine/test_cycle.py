@@ -52,6 +52,35 @@ def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
         assert got == expected
 
 
+def _rejected_then_loop(rng: random.Random) -> str:
+    """Long stretches of units with too few distinct characters (rejected, as are their
+    multiples), broken by a character or two, then maybe a unit that counts."""
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        unit = "".join(rng.choice("ab") for _ in range(rng.randint(1, 6)))
+        parts.append(unit * rng.randint(5, 80))
+        parts.append(rng.choice(["", "c", "ab", "abcd"]))
+    if rng.random() < 0.7:
+        unit = "".join(rng.choice("abcd") for _ in range(rng.randint(2, 12)))
+        parts.append(unit * rng.randint(2, 30))
+    return "".join(parts)[:900]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rejected_units_vouch_only_for_their_own_rotations_and_multiples(seed: int) -> None:
+    # A rejected unit's verdict is reused while its run lasts and covers its multiples'
+    # windows: the decisions must still be the rule's own, at every split.
+    rng = random.Random(seed)
+    text = _rejected_then_loop(rng)
+    cfg = CycleConfig(max_period=rng.choice([8, 16, 40]), min_span_text=rng.choice([16, 24]),
+                      min_span_code=64, min_distinct=3)
+    expected = brute_force(text, cfg, cfg.min_span_text)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 5), split_random(text, rng)):
+        trip, _ = feed_pieces(CycleDetector(cfg, "text"), pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
 def test_cycle_trips_on_verbatim_reasoning_loop() -> None:
     unit = "Let me write the test now.\n\nOK.\n\nGo.\n\nWriting the file.\n\n"
     prefix = "The user wants the upload retried with backoff; first I read the client.\n\n"

@@ -65,13 +65,33 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
 
 
 class ChannelGuard:
-    """The rules of one channel: feeds each delta to all of them, keeps the earliest trip."""
+    """The rules of one channel: feeds each delta to all of them, keeps the earliest trip.
 
-    __slots__ = ("_consumed", "_detectors", "channel", "trip")
+    Deltas are judged in batches of at least ``judging.batch_chars`` characters: every
+    rule but identical-chunks decides at the same character however the stream is split,
+    so joining deltas changes no decision, only when it is found: a trip's ``at`` is
+    exact, its ``offset`` is where the batch holding it ended (at most
+    ``batch_chars - 1`` characters later than judging every delta). The per-delta cost
+    of token-sized deltas then falls to an append. ``flush()`` judges what waits (the
+    call guard does so when the channel changes, a tool call starts or the call ends).
+    """
+
+    __slots__ = ("_batch", "_consumed", "_detectors", "_pending", "_pending_chars",
+                 "_per_delta", "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None) -> None:
+        cfg = config or Config()
         self.channel: Channel = channel
-        self._detectors = build_detectors(channel, config or Config())
+        detectors = build_detectors(channel, cfg)
+        # (tie-break index, detector): the rule whose decision depends on the split sees
+        # every delta as it comes; the others see batches.
+        self._per_delta = [(i, d) for i, d in enumerate(detectors)
+                           if isinstance(d, IdenticalChunksDetector)]
+        self._detectors = [(i, d) for i, d in enumerate(detectors)
+                           if not isinstance(d, IdenticalChunksDetector)]
+        self._batch = cfg.judging.batch_chars
+        self._pending: list[str] = []
+        self._pending_chars = 0
         self._consumed = 0
         self.trip: Trip | None = None
 
@@ -80,29 +100,101 @@ class ChannelGuard:
         """Characters of this channel fed so far."""
         return self._consumed
 
+    @property
+    def pending(self) -> int:
+        """Characters fed but not judged yet."""
+        return self._pending_chars
+
     def feed(self, delta: str) -> Trip | None:
-        """Judge one delta; the first trip is returned once and kept in ``trip``."""
-        self._consumed += len(delta)
-        if self.trip is not None or not delta:
+        """Take one delta; a trip is returned once, on the delta that completes the batch
+        holding it, and kept in ``trip``."""
+        size = len(delta)
+        self._consumed += size
+        if self.trip is not None or not size:
             return None
-        first: Trip | None = None
-        for detector in self._detectors:
+        self._pending.append(delta)
+        waiting = self._pending_chars + size
+        self._pending_chars = waiting
+        if self._per_delta:
+            return self._feed_per_delta(delta, waiting)
+        if waiting < self._batch:
+            return None
+        return self._judge(None)
+
+    def _feed_per_delta(self, delta: str, waiting: int) -> Trip | None:
+        first: tuple[int, Trip] | None = None
+        for index, detector in self._per_delta:
             trip = detector.feed(delta)
+            if trip is not None and (first is None or trip.at < first[1].at):
+                first = (index, trip)
+        if waiting < self._batch and first is None:
+            return None
+        return self._judge(first)
+
+    def flush(self) -> Trip | None:
+        """Judge the deltas that wait; return the trip they hold (once), if any."""
+        if self.trip is not None or not self._pending_chars:
+            return None
+        return self._judge(None)
+
+    def _judge(self, first: tuple[int, Trip] | None) -> Trip | None:
+        pending = self._pending
+        text = pending[0] if len(pending) == 1 else "".join(pending)
+        pending.clear()
+        self._pending_chars = 0
+        for index, detector in self._detectors:
+            trip = detector.feed(text)
             # The earliest character wins; among equals, the earlier rule in the list.
-            if trip is not None and (first is None or trip.at < first.at):
-                first = trip
-        self.trip = first
-        return first
+            if trip is not None and (first is None or (trip.at, index) < (first[1].at, first[0])):
+                first = (index, trip)
+        if first is None:
+            return None
+        self.trip = first[1]
+        return self.trip
 
 
-@dataclass
 class ToolCallRecord:
-    """One tool call a model made in a call, as the guard saw it stream."""
+    """One tool call a model made in a call, as the guard saw it stream.
 
-    key: Hashable
-    name: str = ""
-    arguments: str = ""
-    open: bool = True
+    Its arguments arrive in many pieces (a 1 MB ``write`` in thousands): they are kept as
+    a list and joined when read, so the cost stays linear in their size.
+    """
+
+    __slots__ = ("_parts", "key", "name", "open")
+
+    def __init__(self, key: Hashable, name: str = "", arguments: str = "",
+                 open: bool = True) -> None:
+        self.key = key
+        self.name = name
+        self._parts = [arguments] if arguments else []
+        self.open = open
+
+    @property
+    def arguments(self) -> str:
+        """The arguments streamed so far."""
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    def add(self, name: str, arguments: str) -> None:
+        """A piece of the call streamed."""
+        if name:
+            self.name += name
+        if arguments:
+            self._parts.append(arguments)
+
+    def __repr__(self) -> str:
+        return (f"ToolCallRecord(key={self.key!r}, name={self.name!r}, "
+                f"arguments={self.arguments[:40]!r}, open={self.open!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolCallRecord):
+            return NotImplemented
+        return (self.key, self.name, self.arguments, self.open) == (
+            other.key, other.name, other.arguments, other.open)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -166,7 +258,21 @@ class CallGuard:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
         if channel == "reasoning" and self._grams is not None and delta:
             self._grams.feed(delta)
+        # The other channel's last batch is judged before this one's first: the stream's
+        # order is the order of decisions.
+        earlier = self._flush_others(channel) if delta else None
         trip = guard.feed(delta)
+        return self._act(earlier or trip)
+
+    def _flush_others(self, channel: Channel | None) -> Trip | None:
+        trip = None
+        for name, guard in self._channels.items():
+            if name != channel and guard.pending:
+                trip = trip or guard.flush()
+        return trip
+
+    def _act(self, trip: Trip | None) -> Trip | None:
+        """Record the call's first trip; hand it out unless a tool-call block is open."""
         if trip is None or self._trip is not None:
             return None
         self._trip = trip
@@ -174,6 +280,11 @@ class CallGuard:
             self._held = trip
             return None
         return trip
+
+    def flush(self) -> Trip | None:
+        """Judge what waits in every channel (at the end of a call, or before acting on
+        something outside the stream); return the trip to act on now, if any."""
+        return self._act(self._flush_others(None))
 
     def feed_reasoning(self, delta: str) -> Trip | None:
         """``feed("reasoning", delta)``."""
@@ -191,11 +302,15 @@ class CallGuard:
         """
         record = self._tools.get(key)
         if record is None:
+            # What the model wrote before the call is judged before its block opens; a trip
+            # found now waits for the block to close, as one found inside it would.
+            opening = self._flush_others(None)
             for other in self._tools.values():
                 other.open = False
             record = self._tools[key] = ToolCallRecord(key)
-        record.name += name
-        record.arguments += arguments
+            record.open = True
+            self._act(opening)
+        record.add(name, arguments)
         record.open = True
 
     def close_tool_call(self, key: Hashable | None = None) -> Trip | None:
@@ -215,7 +330,8 @@ class CallGuard:
         return list(self._tools.values())
 
     def summary(self) -> CallSummary:
-        """The call as the cross-call rules see it."""
+        """The call as the cross-call rules see it (what waits is judged first)."""
+        self._act(self._flush_others(None))
         return CallSummary(
             reasoning_chars=self._channels["reasoning"].consumed,
             text_chars=self._channels["text"].consumed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 
 def shingles(block: str, size: int, step: int) -> frozenset[str]:
@@ -10,7 +11,13 @@ def shingles(block: str, size: int, step: int) -> frozenset[str]:
     last = len(block) - size
     if last < 0:
         return frozenset((block,)) if block else frozenset()
-    return frozenset([block[i : i + size] for i in range(0, last + 1, step)])
+    return frozenset(map(block.__getitem__, _slices(len(block), size, step)))
+
+
+@lru_cache(maxsize=64)
+def _slices(length: int, size: int, step: int) -> tuple[slice, ...]:
+    # Blocks have one length: the slices are made once and applied in C.
+    return tuple(slice(i, i + size) for i in range(0, length - size + 1, step))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -43,4 +43,4 @@ def scan(
         trip = guard.feed(piece)
         if trip is not None:
             return trip
-    return None
+    return guard.flush()

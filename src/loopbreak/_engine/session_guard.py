@@ -90,10 +90,15 @@ class SessionGuard:
 
     def start_call(self) -> CallGuard:
         """A new model call in this turn; feed the returned guard its deltas."""
+        self.count_call()
+        return CallGuard(self._config, track_grams=True)
+
+    def count_call(self) -> None:
+        """A new model call in this turn whose stream is not judged here (a replayed
+        history gives ``finish_call`` its summary)."""
         if self._turn == 0:
             self.start_turn()
         self._step += 1
-        return CallGuard(self._config, track_grams=True)
 
     def finish_call(self, call: CallGuard | CallSummary) -> CallOutcome:
         """The call ended (normally or cut): judge it across calls."""

@@ -31,6 +31,7 @@ from loopbreak._bench import (
     BenchReport,
     BenchSettings,
     Peer,
+    Throughput,
     report_dict,
     run_bench,
 )
@@ -54,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes: a few seconds (tests, CI smoke runs)")
     parser.add_argument("--delta-chars", type=int, default=DEFAULT.delta_chars, metavar="N",
-                        help=f"characters per delta (default {DEFAULT.delta_chars})")
+                        help="characters per delta (default 0: token-sized deltas, cut like a "
+                             f"BPE tokenizer's stream; clean text is also measured at "
+                             f"{DEFAULT.fixed_chars}-char deltas)")
     parser.add_argument("--seconds", type=float, metavar="S",
                         help="least time spent on each throughput figure, repeating passes "
                              f"(default {DEFAULT.min_seconds:g}; --quick {QUICK.min_seconds:g})")
@@ -75,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "many concurrent streams through `loopbreak proxy` against a scripted upstream")
     proxy.add_argument("--proxy", action="store_true",
                        help="measure the proxy under load instead of the engine")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="measure the inputs that could make the engine crawl instead "
+                             "(floods, counting runs, numeric CSV, 10 MB without a newline, "
+                             "CJK, emoji, a million unique lines, a 1 MB tool argument, a 4 MB "
+                             "event, an 800-call history), against the peers")
     helps = {"streams": "concurrent streams",
              "chunks_per_s": "chunks per second in each stream",
              "chunks": "chunks per stream",
@@ -180,9 +188,49 @@ def _run_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_adversarial(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from loopbreak._bench import find_peers
+    from loopbreak._bench_adversarial import QUICK as ADV_QUICK
+    from loopbreak._bench_adversarial import (
+        AdversarialSettings,
+        adversarial_dict,
+        run_adversarial,
+    )
+
+    settings = ADV_QUICK if args.quick else AdversarialSettings()
+    if args.seconds is not None:
+        if not args.seconds > 0:
+            raise InputError(f"bench --adversarial: --seconds must be > 0, not {args.seconds}")
+        settings = dataclasses.replace(settings, min_seconds=args.seconds)
+    peers = [] if args.no_peers else find_peers()
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("making the inputs", total=1.0)
+
+        def on_progress(what: str, done: float) -> None:
+            progress.update(task, description=what, completed=done)
+
+        report = run_adversarial(settings, peers, on_progress=on_progress)
+    data = adversarial_dict(report)
+    if args.json:
+        sys.stdout.write(json.dumps(data) + "\n")
+        sys.stdout.flush()
+        return 0
+    render_adversarial(data)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "proxy", False):
+        if getattr(args, "adversarial", False):
+            raise InputError("--adversarial and --proxy are two benchmarks: run one at a time")
         return _run_proxy(args)
+    if getattr(args, "adversarial", False):
+        return _run_adversarial(args)
     given = [f"--{option.replace('_', '-')}" for option, _ in _PROXY_OPTIONS
              if getattr(args, option, None) is not None]
     if given:
@@ -201,8 +249,55 @@ def run(args: argparse.Namespace) -> int:
 # Tables for people
 
 
+def render_adversarial(data: dict[str, Any]) -> None:
+    """``bench --adversarial`` as tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    subjects = list(dict.fromkeys(r["subject"] for r in data["engine"]))
+    table = Table(title="Adversarial inputs, million chars/s: median (slowest–fastest pass); "
+                        "a stop restarts a fresh guard", title_justify="left")
+    table.add_column("input")
+    table.add_column("chars", justify="right")
+    for name in subjects:
+        table.add_column(_short(name), justify="right")
+    cells = {(r["subject"], r["input"]): r for r in data["engine"]}
+    for item in data["inputs"]:
+        row = [item["name"], f"{item['chars']:,}"]
+        for name in subjects:
+            r = cells[(name, item["name"])]
+            low, high = r["chars_per_s_range"]
+            row.append(f"{r['chars_per_s'] / 1e6:.2f} ({low / 1e6:.2f}–{high / 1e6:.2f})")
+        table.add_row(*row)
+    console.print(table)
+    parts = Table(title="Around the engine, ms: median (range)", title_justify="left")
+    for name in ("part", "what", "ms", "target"):
+        parts.add_column(name, justify="left" if name in ("part", "what") else "right")
+    for p in data["parts"]:
+        parts.add_row(p["name"], p["what"],
+                      f"{p['median_ms']:.1f} ({min(p['ms']):.1f}–{max(p['ms']):.1f})",
+                      f"≤ {p['target_ms']:g}")
+    console.print(parts)
+    t = data["targets"]
+    slowest = t["slowest"]
+    console.print("[bold]Targets[/] (slowest pass of every figure):")
+    console.print(f"  {_mark(t['engine_met'])}  every input ≥ {t['min_chars_per_s']:,} chars/s "
+                  f"for loopbreak: slowest {slowest['input']} on {slowest['subject']}, "
+                  f"{slowest['chars_per_s_low']:,.0f}")
+    console.print(f"  {_mark(t['parts_met'])}  every part around the engine within its target")
+
+
 def _rate(x: float) -> str:
     return f"{x:,.0f}"
+
+
+def _span(tp: Throughput | None) -> str:
+    """A throughput as the range of its passes, in millions of chars/s."""
+    if tp is None:
+        return "—"
+    low, high = tp.rate_range
+    return f"{low / 1e6:.2f}–{high / 1e6:.2f} M" if tp.passes > 1 else f"{low / 1e6:.2f} M"
 
 
 def _times(x: float) -> str:
@@ -241,27 +336,34 @@ def render(report: BenchReport) -> None:
         f"({report.clean.files} files, {report.clean.root}); looping "
         f"{len(report.loops)} samples ({sum(len(lp.text) for lp in report.loops):,} chars, "
         f"each judged until stopped); one {s.stream_chars:,}-char clean stream; "
-        f"deltas of {s.delta_chars} chars."
+        f"{s.deltas_label} deltas"
+        + (f" (clean text at {s.fixed_chars}-char deltas too)." if s.fixed_chars
+           and s.fixed_chars != s.delta_chars else ".")
     )
 
     results = list(report.loopbreak) + [pr.result for pr in report.peers if pr.result]
     ratios_of = {pr.result.name: pr.ratios for pr in report.peers if pr.result}
     missing = [pr.peer for pr in report.peers if pr.result is None]
 
-    speed = Table(title="Throughput, chars/s (× = how many times faster loopbreak "
-                        "(reasoning) is)", title_justify="left")
+    speed = Table(title="Throughput, chars/s: median, and the range over passes "
+                        "(× = how many times faster loopbreak (reasoning) is)",
+                  title_justify="left")
     speed.add_column("subject")
-    for name in ("clean", "looping", "FPs", "cut", "× clean", "× loop"):
+    fixed = f"clean @{s.fixed_chars}" if s.fixed_chars and s.fixed_chars != s.delta_chars \
+        else None
+    for name in ("clean", "range", *([fixed] if fixed else []), "looping", "FPs", "cut",
+                 "× clean", "× loop"):
         speed.add_column(name, justify="right")
     for r in results:
         ratio = ratios_of.get(r.name)
-        speed.add_row(r.name, _rate(r.clean.chars_per_s),
+        speed.add_row(r.name, _rate(r.clean.chars_per_s), _span(r.clean),
+                      *([_span(r.clean_fixed)] if fixed else []),
                       _rate(r.looping.chars_per_s), str(r.false_positives),
                       f"{r.loops_stopped}/{len(r.loop_stops)}",
                       "—" if ratio is None else _times(ratio.clean_throughput),
                       "—" if ratio is None else _times(ratio.looping_throughput))
     for peer in missing:
-        speed.add_row(peer.name, peer.status, "", "", "", "", "")
+        speed.add_row(peer.name, peer.status, *[""] * (len(speed.columns) - 2))
     console.print(speed)
 
     cost = Table(title="Per-delta cost, ns, on the same deltas near the start of one stream "

@@ -132,6 +132,9 @@ def stream_through_guard(replay: Replay, config: Config | None = None,
         yield replay
         if replay.trip is not None:
             return
+    replay.trip = guard.flush()
+    if replay.trip is not None:
+        yield replay
 
 
 def judge(sample: Sample, config: Config | None = None) -> Replay:

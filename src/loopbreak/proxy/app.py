@@ -518,11 +518,12 @@ def _judge_whole(data: bytes, kind: Kind, config: Config) -> tuple[Trip, bool] |
                     productive = True
         productive = productive or bool(text.strip())
     for channel, value in (("reasoning", reasoning), ("text", text)):
+        # A whole answer is one delta: every rule but the per-delta one decides the same
+        # however the text is split.
         guard = ChannelGuard(channel, config)  # type: ignore[arg-type]
-        for i in range(0, len(value), 32):
-            trip = guard.feed(value[i : i + 32])
-            if trip is not None:
-                return trip, productive
+        trip = guard.feed(value) or guard.flush()
+        if trip is not None:
+            return trip, productive
     return None
 
 

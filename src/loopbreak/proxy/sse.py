@@ -41,6 +41,9 @@ class SSEParser:
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buffer = bytearray()
         self._max = max_event_bytes
+        # No event separator starts before this index of the buffer: a large event that
+        # arrives in many reads is searched once, not once per read.
+        self._scan_from = 0
 
     @property
     def pending(self) -> int:
@@ -56,32 +59,42 @@ class SSEParser:
             if len(rest) > self._max:
                 raise SSEError(f"an event grew past {self._max:,} bytes without ending")
             self._buffer += rest
+            self._scan_from = max(0, len(rest) - _LONGEST_SEPARATOR + 1)
             return [_parse_block(block + b"\n\n", block) for block in blocks]
         self._buffer += data
         events: list[SSEEvent] = []
         while True:
-            end, sep_len = _find_blank_line(self._buffer)
+            end, sep_len = _find_blank_line(self._buffer, self._scan_from)
             if end < 0:
                 if len(self._buffer) > self._max:
                     raise SSEError(f"an event grew past {self._max:,} bytes without ending")
+                # A separator may start in the last bytes and end in the next read.
+                self._scan_from = max(0, len(self._buffer) - _LONGEST_SEPARATOR + 1)
                 return events
             raw = bytes(self._buffer[: end + sep_len])
             del self._buffer[: end + sep_len]
+            self._scan_from = 0
             events.append(_parse_block(raw, raw[:end]))
 
     def close(self) -> bytes:
         """The bytes left over when the stream ended (an unfinished event), cleared."""
         rest = bytes(self._buffer)
         self._buffer.clear()
+        self._scan_from = 0
         return rest
 
 
-def _find_blank_line(buf: bytearray) -> tuple[int, int]:
-    """Index where the first event block ends and the length of its separator."""
+_SEPARATORS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+_LONGEST_SEPARATOR = max(map(len, _SEPARATORS))
+
+
+def _find_blank_line(buf: bytearray, start: int = 0) -> tuple[int, int]:
+    """Index where the first event block ends (searching from ``start``) and the length
+    of its separator."""
     best = -1
     best_len = 0
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        i = buf.find(sep)
+    for sep in _SEPARATORS:
+        i = buf.find(sep, start)
         if i >= 0 and (best < 0 or i < best):
             best, best_len = i, len(sep)
     return best, best_len

@@ -37,11 +37,12 @@ from collections import deque
 
 from loopbreak._config import BlockRepeatConfig
 from loopbreak._engine.blocks import BlockCutter
-from loopbreak._engine.grams import jaccard, shingles
+from loopbreak._engine.grams import shingles
 from loopbreak._engine.shape import looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 EXACT_REPEAT = "exact-repeat"
+_REBUILD_EVERY = 8
 LOW_NOVELTY = "low-novelty"
 
 
@@ -54,9 +55,13 @@ class BlockRepeatDetector:
         self._channel: Channel = channel
         self._cutter = BlockCutter(self._config.block_chars)
         self._recent: deque[tuple[str, frozenset[str]]] = deque(maxlen=self._config.max_back)
-        # How many of the compared blocks (min_back..max_back back) hold each shingle,
-        # and each block text.
-        self._compared: dict[str, int] = {}
+        # Every shingle of the compared blocks (min_back..max_back back), and perhaps of
+        # up to _REBUILD_EVERY blocks that left since it was last rebuilt: a superset
+        # bounds the overlap from above just as well, and it grows with one C-level union
+        # per block instead of a count per shingle.
+        self._compared: set[str] = set()
+        self._pushed = 0
+        # How many of the compared blocks hold each block text.
         self._compared_texts: dict[str, int] = {}
         self._exact_run = 0
         self._novelty_run = 0
@@ -70,6 +75,7 @@ class BlockRepeatDetector:
         self._cutter.reset()
         self._recent.clear()
         self._compared.clear()
+        self._pushed = 0
         self._compared_texts.clear()
         self._exact_run = self._novelty_run = 0
         self._code_in_run = False
@@ -89,16 +95,18 @@ class BlockRepeatDetector:
         # Jaccard(A, B) <= |A & B| / |A| <= |A & union of compared blocks| / |A|: when that
         # bound is under the threshold no single comparison can reach it (skips ~90% of clean
         # blocks, with the same decisions).
-        compared = self._compared
-        if sum(1 for g in grams if g in compared) >= cfg.novelty_overlap * len(grams):
+        if len(grams & self._compared) >= cfg.novelty_overlap * len(grams):
             if block in self._compared_texts:
                 exact, best = True, 1.0
             else:
                 recent = self._recent
                 # Nearest first: a loop resembles the blocks just behind it. The first overlap
                 # that reaches the threshold decides; the rest cannot change the decision.
+                size = len(grams)
                 for back in range(cfg.min_back, min(cfg.max_back, len(recent)) + 1):
-                    overlap = jaccard(grams, recent[-back][1])
+                    other = recent[-back][1]
+                    common = len(grams & other)  # jaccard(), inlined: this loop is hot
+                    overlap = common / (size + len(other) - common) if common else 0.0
                     if overlap > best:
                         best = overlap
                         if best >= cfg.novelty_overlap:
@@ -124,20 +132,23 @@ class BlockRepeatDetector:
         return None
 
     def _push(self, block: str, grams: frozenset[str]) -> None:
-        """Append a block; keep the counts of what the blocks min_back..max_back back hold."""
-        recent, compared = self._recent, self._compared
+        """Append a block; keep what the blocks min_back..max_back back hold."""
+        recent = self._recent
         if len(recent) == recent.maxlen:
-            leaving, leaving_grams = recent[0]
-            _decrement(self._compared_texts, leaving)
-            for g in leaving_grams:
-                _decrement(compared, g)
+            _decrement(self._compared_texts, recent[0][0])
         recent.append((block, grams))
         back = self._config.min_back
-        if len(recent) >= back:
-            entering, entering_grams = recent[-back]
-            self._compared_texts[entering] = self._compared_texts.get(entering, 0) + 1
-            for g in entering_grams:
-                compared[g] = compared.get(g, 0) + 1
+        if len(recent) < back:
+            return
+        entering = recent[-back]
+        self._compared_texts[entering[0]] = self._compared_texts.get(entering[0], 0) + 1
+        self._pushed += 1
+        if self._pushed % _REBUILD_EVERY:
+            self._compared |= entering[1]
+        else:
+            compared = [g for _, g in recent]
+            del compared[len(compared) - back + 1 :]
+            self._compared = set().union(*compared)
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

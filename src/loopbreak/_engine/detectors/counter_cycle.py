@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from itertools import accumulate
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.charclass import CJK_RANGES
@@ -55,6 +56,9 @@ _ZERO_RUN = re.compile("0{2,}")
 _TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\s{CJK_RANGES}]+")
 _CJK_CHAR = re.compile(f"[{CJK_RANGES}]")
 _LETTER_RUN = re.compile(f"[{CJK_RANGES}]|[^\\W\\d_{CJK_RANGES}]+")
+# A character no letter run (outside CJK) passes through: a unit rotated to start at one
+# cuts no word in two.
+_NOT_IN_WORD = re.compile(f"[{CJK_RANGES}]|[\\W\\d_]")
 # A word of letters, with the quotes, apostrophes, hyphens and closing punctuation prose
 # puts around and inside one.
 _WORD = re.compile(r"[(\"'\u2018\u201c]?[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*[.,;:!?)\"'\u2019\u201d]*")
@@ -134,19 +138,35 @@ class CounterCycleDetector(CycleDetector):
             lead = len(mapped) - len(mapped.lstrip("0"))
             self._note_drop(done, lead)
             mapped = mapped[lead:]
-        pieces = []
-        last = kept = 0
-        for m in _ZERO_RUN.finditer(mapped):
-            piece = mapped[last : m.start() + 1]
-            pieces.append(piece)
-            kept += len(piece)
-            last = m.end()
-            self._note_drop(done + kept, m.end() - m.start() - 1)
-        pieces.append(mapped[last:])
-        mapped = "".join(pieces)
-        if mapped:
-            self._after_digit = mapped[-1] == "0"
+            if not mapped:
+                return mapped
+        # Each run of n digits keeps its first: n - 1 dropped after the reading position
+        # of the kept one. Counted with C-level helpers: a number per line is one run
+        # every few characters.
+        spans = [m.span() for m in _ZERO_RUN.finditer(mapped)]
+        if spans:
+            lost = [end - begin - 1 for begin, end in spans]
+            before = list(accumulate(lost, initial=0))
+            positions = [done + begin + 1 - b
+                         for (begin, _), b in zip(spans, before[:-1], strict=True)]
+            self._note_drops(positions, lost)
+            mapped = _ZERO_RUN.sub("0", mapped)
+        self._after_digit = mapped[-1] == "0"
         return mapped
+
+    def _note_drops(self, positions: list[int], counts: list[int]) -> None:
+        """Several drops, at increasing reading positions (each later than any noted)."""
+        base = self._dropped
+        totals = list(accumulate(counts, initial=base))
+        del totals[0]
+        self._dropped = totals[-1]
+        if self._drop_at and self._drop_at[-1] == positions[0]:
+            self._drop_total[-1] = totals[0]
+            positions, totals = positions[1:], totals[1:]
+        self._drop_at.extend(positions)
+        self._drop_total.extend(totals)
+        if len(self._drop_at) > 4096:
+            self._forget()
 
     def _note_drop(self, position: int, count: int) -> None:
         self._dropped += count
@@ -156,12 +176,15 @@ class CounterCycleDetector(CycleDetector):
         self._drop_at.append(position)
         self._drop_total.append(self._dropped)
         if len(self._drop_at) > 4096:
-            # Positions far behind the buffer can no longer be asked for.
-            keep_from = bisect_left(self._drop_at, self._base)
-            if keep_from:
-                self._forgotten = self._drop_total[keep_from - 1]
-                del self._drop_at[:keep_from]
-                del self._drop_total[:keep_from]
+            self._forget()
+
+    def _forget(self) -> None:
+        # Positions far behind the buffer can no longer be asked for.
+        keep_from = bisect_left(self._drop_at, self._base)
+        if keep_from:
+            self._forgotten = self._drop_total[keep_from - 1]
+            del self._drop_at[:keep_from]
+            del self._drop_total[:keep_from]
 
     def _original(self, at: int) -> int:
         # Digits dropped after reading position ``p`` count once ``at`` passes ``p``.
@@ -183,5 +206,10 @@ class CounterCycleDetector(CycleDetector):
 
 
 def _words(unit: str) -> int:
-    """Words of letters in ``unit`` (a CJK character is one)."""
-    return len(_LETTER_RUN.findall(unit))
+    """Words of letters in ``unit`` read as a cycle (a CJK character is one; a word cut by
+    the unit's edge counts once), so every rotation and repetition of a unit counts alike."""
+    edge = _NOT_IN_WORD.search(unit)
+    if edge is None:
+        return len(_LETTER_RUN.findall(unit))
+    cut = edge.start()
+    return len(_LETTER_RUN.findall(unit[cut:] + unit[:cut]))

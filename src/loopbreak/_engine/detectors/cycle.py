@@ -41,6 +41,7 @@ third time (asking 192 more would spare it, and cut the DeepSeek loops later).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
@@ -104,6 +105,15 @@ class CycleDetector:
         # same candidate periods step after step, and their runs only grow.
         self._runs: dict[int, int] = {}
         self._next_runs: dict[int, int] = {}
+        # Where a unit of each period was last judged not to count: later windows are
+        # rotations of it while the run reaches back there, and every rule that accepts a
+        # unit gives all its rotations (and repetitions) the same verdict.
+        self._rejected: dict[int, int] = {}
+        # Set by ``_earliest``: multiples of the period it judged, up to this long, cannot
+        # qualify in the current step (0: no such promise).
+        self._reach = 0
+        # Candidates up to this shift are exactly the multiples of the nearest one.
+        self._multiples_upto = 0
         # The current batch (deltas up to one step that share an anchor) and the periods
         # its anchor recurs at; None until looked up.
         self._batch_end = 0
@@ -140,6 +150,8 @@ class CycleDetector:
         self._candidates = None
         self._runs.clear()
         self._next_runs.clear()
+        self._rejected.clear()
+        self._multiples_upto = 0
 
     def feed(self, delta: str) -> Trip | None:
         self._consumed += len(delta)
@@ -193,13 +205,29 @@ class CycleDetector:
             return None
         if self._candidates is None:
             self._candidates = self._candidate_periods()
+        candidates = self._candidates
         best: tuple[int, int] | None = None
-        for period in self._candidates:
-            at = self._earliest(n0, n1, period)
-            if at is not None and (best is None or at < best[0]):
-                best = (at, period)
-                if at == n0 + 1:
-                    break
+        if candidates:
+            nearest = candidates[0]
+            at = self._earliest(n0, n1, nearest)
+            if at is not None:
+                best = (at, nearest)
+            if best is None or best[0] > n0 + 1:
+                others = candidates[1:]
+                reach = self._reach
+                if reach:
+                    # The nearest period vouches for its multiples up to its reach: a window
+                    # of such a multiple is repetitions of the nearest unit, so it qualifies
+                    # only where the nearest does, and counts only if the nearest unit counts.
+                    # The candidates up to _multiples_upto are all multiples of it.
+                    upto = self._multiples_upto
+                    others = candidates[bisect_right(candidates, max(nearest, min(reach, upto))):]
+                    if reach > upto:
+                        others = [q for q in others if q > reach or q % nearest]
+                for period in others:
+                    at = self._earliest(n0, n1, period)
+                    if at is not None and (best is None or (at, period) < best):
+                        best = (at, period)
         self._runs, self._next_runs = self._next_runs, self._runs
         self._next_runs.clear()
         return best
@@ -211,7 +239,24 @@ class CycleDetector:
         anchor = buf[rel : rel + g]
         low = max(0, rel - self._max_period)
         end = rel - 1 + g
-        periods = []
+        periods: list[int] = []
+        self._multiples_upto = 0
+        q = buf.rfind(anchor, low, end) if end - low >= g else -1
+        if q >= 0 and 2 * (rel - q) <= g:
+            # The anchor repeats within itself (digits read as 0, a flood): in the stretch
+            # before it that repeats with the nearest shift, the anchor recurs exactly at
+            # that shift's multiples (an anchor two shifts long can match at no other shift
+            # there), so they are listed without searching for each.
+            nearest = rel - q
+            run = _match_run_back(buf, rel + g, nearest, rel + g - low)
+            start = max(low, rel + g - run - nearest)
+            upto = (rel - start) // nearest * nearest
+            periods.extend(range(nearest, upto + 1, nearest))
+            self._multiples_upto = upto
+            end = start - 1 + g
+        elif q >= 0:
+            periods.append(rel - q)
+            end = q - 1 + g
         while end - low >= g:
             q = buf.rfind(anchor, low, end)
             if q < 0:
@@ -222,8 +267,12 @@ class CycleDetector:
 
     def _earliest(self, n0: int, n1: int, period: int) -> int | None:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies."""
+        self._reach = 0
         need = max(self._min_span, self._two_copies(period)) - period
         need_code = max(self._min_span_code, self._two_copies(period)) - period
+        # Runs are measured up to the longest period too, so a rejected unit can vouch for
+        # its multiples.
+        cap = max(need_code, self._max_period)
         buf, base = self._buf, self._base
         lo, hi = n0 - base, n1 - base
         run = self._runs.get(period)
@@ -233,19 +282,31 @@ class CycleDetector:
             reach = lo - (need - (n1 - n0))
             if reach < lo and (reach - period < 0 or buf[reach] != buf[reach - period]):
                 return None
-            run = _match_run_back(buf, lo, period, need_code)
+            run = _match_run_back(buf, lo, period, cap)
         repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
         if repeats:
-            self._next_runs[period] = min(need_code, run + (n1 - n0))
+            self._next_runs[period] = min(cap, run + (n1 - n0))
+            # Each window of this step holds at least this much of a repeating stretch.
+            reach = run + period
         if run + (n1 - n0) < need:
+            if repeats:
+                self._reach = reach
             return None
         if repeats:
             # The whole step repeats (a loop in full swing): the run grows by one per character.
+            rejected = self._rejected.get(period)
+            if rejected is not None and run >= n0 - rejected:
+                # Every window of this step is a rotation of a unit that does not count.
+                self._reach = reach
+                return None
             at = max(n0 + 1, n0 + need - run, need + period)
             if at > n1:
+                self._reach = reach
                 return None
             unit = buf[at - base - period : at - base]
             if not self._accepts(unit):
+                self._rejected[period] = at
+                self._reach = reach
                 return None
             if unit_looks_like_code(unit):
                 at = max(n0 + 1, n0 + need_code - run, need_code + period)
@@ -259,11 +320,15 @@ class CycleDetector:
                 run = 0
             m = i + 1
             if m == hi:
-                self._next_runs[period] = min(need_code, run)
+                self._next_runs[period] = min(cap, run)
             if run >= need and m + base >= need + period:
                 if shape_need is None:
+                    rejected = self._rejected.get(period)
+                    if rejected is not None and run >= m + base - rejected:
+                        return None
                     unit = buf[m - period : m]
                     if not self._accepts(unit):
+                        self._rejected[period] = m + base
                         return None
                     shape_need = need_code if unit_looks_like_code(unit) else need
                 if run >= shape_need and m + base >= shape_need + period:

@@ -33,6 +33,7 @@ no clean stream; a window of 4,096 trips a real productive call; concentration
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Hashable
 
@@ -80,15 +81,24 @@ class LinesDetector:
         self._consumed += len(delta)
         if not self._config.min_mass:
             return None
+        if "\n" not in delta:
+            self._extend(delta)
+            return None
         pieces = delta.split("\n")
-        pos = start
-        for piece in pieces[:-1]:
+        last = pieces.pop()
+        # The first piece ends the line the last deltas began; every other one is a whole
+        # line of this delta and needs no joining.
+        self._extend(pieces[0])
+        pos = start + len(pieces[0]) + 1
+        trip = self._close_line(pos)
+        if trip is not None:
+            return trip
+        for piece in itertools.islice(pieces, 1, None):
             pos += len(piece) + 1
-            self._extend(piece)
-            trip = self._close_line(pos)
+            trip = self._judge_line(piece, len(piece), pos)
             if trip is not None:
                 return trip
-        self._extend(pieces[-1])
+        self._extend(last)
         return None
 
     def _extend(self, piece: str) -> None:
@@ -104,23 +114,28 @@ class LinesDetector:
             self._partial = ""
 
     def _close_line(self, at: int) -> Trip | None:
-        cfg = self._config
-        if self._overlong:
-            length = self._partial_len
-            key: Hashable = _Overlong()
-        elif (not cfg.count_indented and is_indented(self._partial)) \
-                or is_table_row(self._partial):
-            length = 0
-            key = None
-        else:
-            line = self._partial.strip()
-            length = len(line)
-            key = _Overlong() if length > cfg.max_line_chars else line
+        line, length = ("" if self._overlong else self._partial), self._partial_len
         self._partial = ""
         self._partial_len = 0
         self._overlong = False
-        if length < cfg.min_line_chars:
+        return self._judge_line(line, length, at)
+
+    def _judge_line(self, line: str, raw_length: int, at: int) -> Trip | None:
+        """A complete line ends at stream position ``at``; ``line`` is empty when it was
+        too long to store (``raw_length`` says how long it was)."""
+        cfg = self._config
+        key: Hashable
+        if raw_length > 4 * cfg.max_line_chars:
+            length = raw_length
+            key = _Overlong()
+        elif (not cfg.count_indented and is_indented(line)) or is_table_row(line):
             return None
+        else:
+            line = line.strip()
+            length = len(line)
+            if length < cfg.min_line_chars:
+                return None
+            key = _Overlong() if length > cfg.max_line_chars else line
         self._add(key, length)
         while self._mass > cfg.window_chars and len(self._window) > 1:
             self._remove(*self._window.popleft())

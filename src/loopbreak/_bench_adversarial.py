@@ -1,0 +1,300 @@
+"""What ``loopbreak bench --adversarial`` measures: the inputs that could make it crawl.
+
+A guard that is fast on prose and slow on one odd input is a fault: the proxy
+judges every stream on one event loop, and inside vLLM the rules run in the
+engine step, so one slow stream stalls all the others. Each input here is a
+shape that once cost the engine (or its parsers) far more per character than
+clean text did, or one a model really produces in a loop:
+
+* engine inputs, fed to loopbreak on both channels and to every installed peer,
+  in token-sized deltas (1-character deltas for the flood): a 1-character flood,
+  a counting run, one number per line, numbered unique lines, numeric CSV, text
+  without a newline, CJK prose, emoji, unique short lines. A stop restarts a fresh
+  guard (as a proxy starts a new call), so the figure is the cost of judging the
+  input however often it trips;
+* the parts around the engine: one tool call whose arguments stream in 4-character
+  pieces (1 MB), one 4 MB server-sent event read in 16 kB pieces, and a request
+  history of 800 calls replayed as the proxy does on every request.
+
+Every figure is repeated; the report gives the median and the range.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loopbreak._bench import (
+    Clock,
+    OnProgress,
+    Peer,
+    Subject,
+    Throughput,
+    cut,
+    loopbreak_subject,
+    measure_throughput,
+)
+from loopbreak._engine.trip import CHANNELS
+
+TARGET_CHARS_PER_S = 1_000_000
+"""No engine input may be judged slower than this."""
+
+TARGET_PART_MS = 50.0
+"""A 1 MB tool argument and a 4 MB event, each at most this long."""
+
+TARGET_HISTORY_MS = 10.0
+"""An 800-call history replayed at most this long."""
+
+
+@dataclass(frozen=True)
+class AdversarialSettings:
+    """Sizes of one run: ``scale`` 1.0 is the full suite (10 MB without a newline, a
+    million unique lines); the quick run uses a small fraction."""
+
+    scale: float = 1.0
+    min_seconds: float = 0.3
+    max_passes: int = 5
+    repeats: int = 5
+    """Timings of each part around the engine."""
+
+
+QUICK = AdversarialSettings(scale=0.02, min_seconds=0.02, max_passes=3, repeats=3)
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """One adversarial stream: its name, what it is, its deltas."""
+
+    name: str
+    shape: str
+    deltas: tuple[str, ...]
+
+    @property
+    def chars(self) -> int:
+        return sum(map(len, self.deltas))
+
+
+def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
+    """The engine inputs, generated from a seed (the same on every run)."""
+    rng = random.Random(seed)
+
+    def size(full: int) -> int:
+        return max(2_000, int(full * scale))
+
+    def numbered(n: int) -> str:
+        return "\n".join(f"item {i}: {rng.randrange(100_000)}" for i in range(n))
+
+    made: list[tuple[str, str, str, int]] = [
+        # (name, shape, text, delta chars: 0 = token-sized)
+        ("1-char flood", "one character, one character per delta", "." * size(1_000_000), 1),
+        ("counting run", "0, 1, 2, 3, ... (trips progression, restarts)",
+         ", ".join(map(str, range(size(1_000_000) // 6))), 0),
+        ("number per line", "one number per line", "\n".join(
+            str(rng.randrange(10**6)) for _ in range(size(1_000_000) // 7)), 0),
+        ("numbered lines", "item 17: 48213, never the same twice",
+         numbered(size(1_000_000) // 18), 0),
+        ("numeric CSV", "8 numbers per row", "\n".join(
+            ",".join(str(rng.randrange(1000)) for _ in range(8))
+            for _ in range(size(1_000_000) // 30)), 0),
+        ("no newline", "letters and spaces, no newline (10 MB at full scale)", "".join(
+            rng.choices("abcdefghijklmnopqrstuvwxyz     ", k=size(10_000_000))), 0),
+        ("CJK", "CJK characters with full-width punctuation", "".join(
+            rng.choice(("，", "。")) if rng.random() < 0.08 else chr(rng.randrange(0x4E00, 0x9FA5))
+            for _ in range(size(1_000_000))), 0),
+        ("emoji", "pictographs outside the BMP", "".join(
+            chr(rng.randrange(0x1F300, 0x1F64F)) for _ in range(size(1_000_000))), 0),
+        ("unique lines", "a million unique short lines at full scale", "\n".join(
+            f"{rng.randrange(16**6):06x}" for _ in range(size(1_000_000))), 0),
+    ]
+    return [EngineInput(name, shape, tuple(cut(text, chars))) for name, shape, text, chars
+            in made]
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One subject on one input."""
+
+    subject: str
+    input: str
+    throughput: Throughput
+
+    @property
+    def chars_per_s(self) -> float:
+        return self.throughput.chars_per_s
+
+
+@dataclass(frozen=True)
+class PartResult:
+    """One part around the engine: what it did and its timings in milliseconds."""
+
+    name: str
+    what: str
+    target_ms: float
+    ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.ms)
+
+    @property
+    def met(self) -> bool:
+        return max(self.ms) <= self.target_ms
+
+
+@dataclass(frozen=True)
+class AdversarialReport:
+    settings: AdversarialSettings
+    inputs: tuple[EngineInput, ...]
+    engine: tuple[EngineResult, ...]
+    parts: tuple[PartResult, ...]
+
+    def slowest_loopbreak(self) -> EngineResult:
+        """loopbreak's slowest input, on either channel (the target is judged on it)."""
+        ours = [r for r in self.engine if r.subject.startswith("loopbreak")]
+        return min(ours, key=lambda r: r.throughput.rate_range[0])
+
+
+def _timed(action: Callable[[], object], repeats: int, clock: Clock) -> tuple[float, ...]:
+    out = []
+    for _ in range(repeats):
+        start = clock()
+        action()
+        out.append((clock() - start) / 1e6)
+    return tuple(out)
+
+
+def tool_argument_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """One tool call whose 1 MB of arguments stream in 4-character pieces, read back whole
+    and put in canonical form (what the call guard and the tool-failure rule do)."""
+    from loopbreak._engine.call_guard import CallGuard
+    from loopbreak._engine.tool_failure import canonical_arguments
+
+    content = "x" * max(10_000, int(1_000_000 * scale))
+    pieces = cut(json.dumps({"path": "big.txt", "content": content}), 4)
+
+    def run() -> None:
+        guard = CallGuard()
+        for piece in pieces:
+            guard.tool_call_delta("call_1", "", piece)
+        guard.close_tool_call("call_1")
+        canonical_arguments(guard.tool_calls[0].arguments)
+
+    return PartResult("tool argument", f"{sum(map(len, pieces)):,} chars in 4-char pieces",
+                      TARGET_PART_MS, _timed(run, repeats, clock))
+
+
+def sse_event_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """One 4 MB server-sent event read in 16 kB pieces."""
+    from loopbreak.proxy.sse import SSEParser
+
+    data = b"data: " + b"x" * max(40_000, int(4_000_000 * scale)) + b"\n\n"
+    reads = [data[i : i + 16_384] for i in range(0, len(data), 16_384)]
+
+    def run() -> None:
+        parser = SSEParser()
+        events = [e for chunk in reads for e in parser.feed(chunk)]
+        assert len(events) == 1 and len(events[0].raw) == len(data)
+
+    return PartResult("SSE event", f"{len(data):,} bytes in 16 kB reads", TARGET_PART_MS,
+                      _timed(run, repeats, clock))
+
+
+def history_body(calls: int = 800, seed: int = 11) -> dict[str, Any]:
+    """A chat request whose history holds ``calls`` model calls, each with reasoning, a
+    tool call and its result (every third one failing): ~6.5 MB at 800."""
+    rng = random.Random(seed)
+    words = (
+        "the", "file", "read", "check", "test", "module", "value", "error", "line", "return",
+        "config", "path", "function", "update", "import", "string", "result"
+    )
+
+    def para(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "Fix the bug. " + para(60)}]
+    for i in range(calls):
+        messages.append({
+            "role": "assistant", "content": para(30), "reasoning_content": para(1000),
+            "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {
+                "name": "read_file", "arguments": json.dumps({"path": f"src/m{i % 40}.py"})}}],
+        })
+        result = ("Error: no such file or directory\n" if i % 3 == 0 else "") + para(220)
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": result})
+    return {"model": "bench", "messages": messages, "stream": True}
+
+
+def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """The proxy's replay of an 800-call history (what it does on every request)."""
+    from loopbreak._config import Config
+    from loopbreak._history import replay
+
+    body = history_body(max(20, int(800 * scale)))
+    size = len(json.dumps(body))
+    config = Config()
+    calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    return PartResult("history replay", f"{calls:,} calls, {size / 1e6:.1f} MB",
+                      TARGET_HISTORY_MS, _timed(lambda: replay(body, "openai", config),
+                                                repeats, clock))
+
+
+def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *,
+                    clock: Clock = time.perf_counter_ns,
+                    on_progress: OnProgress | None = None) -> AdversarialReport:
+    """Every engine input through loopbreak (both channels) and each installed peer, then
+    the parts around the engine."""
+    inputs = engine_inputs(settings.scale)
+    subjects: list[Subject] = [loopbreak_subject(channel) for channel in CHANNELS]
+    subjects += [p.subject for p in peers if p.subject is not None]
+    results: list[EngineResult] = []
+    steps = len(inputs) * len(subjects) + 3
+    done = 0
+    for item in inputs:
+        for subject in subjects:
+            if on_progress is not None:
+                on_progress(f"{subject.name}: {item.name}", done / steps)
+            tp = measure_throughput(subject.make, [item.deltas], go_on=True,
+                                    min_seconds=settings.min_seconds,
+                                    max_passes=settings.max_passes, clock=clock)
+            results.append(EngineResult(subject.name, item.name, tp))
+            done += 1
+    parts = []
+    for part in (tool_argument_part, sse_event_part, history_part):
+        if on_progress is not None:
+            on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
+        parts.append(part(settings.repeats, settings.scale, clock))
+        done += 1
+    if on_progress is not None:
+        on_progress("done", 1.0)
+    return AdversarialReport(settings, tuple(inputs), tuple(results), tuple(parts))
+
+
+def adversarial_dict(report: AdversarialReport) -> dict[str, Any]:
+    """The report as one JSON-ready object (``loopbreak bench --adversarial --json``)."""
+    slowest = report.slowest_loopbreak()
+    return {
+        "settings": {"scale": report.settings.scale, "min_seconds": report.settings.min_seconds,
+                     "max_passes": report.settings.max_passes,
+                     "repeats": report.settings.repeats},
+        "inputs": [{"name": i.name, "shape": i.shape, "chars": i.chars, "deltas": len(i.deltas)}
+                   for i in report.inputs],
+        "engine": [{"subject": r.subject, "input": r.input, "chars_per_s": r.chars_per_s,
+                    "chars_per_s_range": list(r.throughput.rate_range),
+                    "passes": r.throughput.passes, "stops": r.throughput.stop_count}
+                   for r in report.engine],
+        "parts": [{"name": p.name, "what": p.what, "ms": list(p.ms), "median_ms": p.median_ms,
+                   "target_ms": p.target_ms, "met": p.met} for p in report.parts],
+        "targets": {
+            "min_chars_per_s": TARGET_CHARS_PER_S,
+            "slowest": {"subject": slowest.subject, "input": slowest.input,
+                        "chars_per_s_low": slowest.throughput.rate_range[0]},
+            "engine_met": slowest.throughput.rate_range[0] >= TARGET_CHARS_PER_S,
+            "parts_met": all(p.met for p in report.parts),
+        },
+    }
+
