@@ -156,10 +156,14 @@ def test_loopbreak_judges_each_loop_until_its_trip() -> None:
     result = measure_throughput(loopbreak_subject("reasoning").make, pieces, go_on=False,
                                 min_seconds=1e-9, max_passes=1)
     expected_chars = 0
+    batch = bench_config().judging.batch_chars
     for loop, stops in zip(loops, result.stops, strict=True):
         trip = scan(loop.text, "reasoning", bench_config())
-        assert stops == ((trip.offset,) if trip else ())
-        expected_chars += trip.offset if trip else len(loop.text)
+        # The guard stops the stream on the delta that completes the batch holding the trip.
+        assert len(stops) == (1 if trip else 0)
+        if trip:
+            assert trip.offset <= stops[0] < trip.at + batch + 32
+        expected_chars += stops[0] if trip else len(loop.text)
     assert result.chars_per_pass == expected_chars
     assert expected_chars < sum(len(loop.text) for loop in loops)  # stopped loops stop early
 
@@ -516,6 +520,8 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
 def test_adversarial_and_proxy_are_two_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--adversarial", "--proxy", "--quick"]) == 2
     assert "run one at a time" in capsys.readouterr().err
+    assert main(["bench", "--adversarial", "--in-engine", "--quick"]) == 2
+    assert "--adversarial and --in-engine are different benchmarks" in capsys.readouterr().err
 
 
 def test_history_body_is_the_size_the_suite_says() -> None:

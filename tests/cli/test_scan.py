@@ -58,6 +58,20 @@ def test_delta_chars_changes_offsets_not_decisions() -> None:
     assert 0 <= large[0]["offset"] - small[0]["offset"] < 100
 
 
+@pytest.mark.parametrize("size", [1, 4, 7, 32, 200])
+def test_offset_is_the_end_of_the_delta_that_holds_the_trip(size: int) -> None:
+    # The guard judges in batches and finds a trip up to a batch late; the contract's
+    # offset is still the end of the delta holding character ``at``.
+    text = verbatim_loop().text
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    trip = loopbreak.scan(pieces)
+    assert trip is not None
+    assert trip.offset == min(len(text), -(-trip.at // size) * size)
+    one_by_one = loopbreak.scan(list(text))
+    assert one_by_one is not None and (one_by_one.rule, one_by_one.at) == (trip.rule, trip.at)
+    assert one_by_one.offset == trip.at
+
+
 def test_txt_files_are_one_stream_each(tmp_path: Path) -> None:
     a = tmp_path / "loop.txt"
     a.write_text(verbatim_loop().text, encoding="utf-8")

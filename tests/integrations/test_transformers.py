@@ -418,3 +418,20 @@ def test_docs_example_runs(hub_cache: Path) -> None:
         "'Write a haiku about autumn.': stopped after 81 tokens (cycle on text, 335 chars)",
         "'What is the capital of France?': ran clean",
     ], proc.stdout
+
+
+@pytest.mark.slow
+def test_bench_in_engine_reports_the_criteria_cost_beside_the_step(tokenizer: Any,
+                                                                   model: Any) -> None:
+    from loopbreak._bench_engine import EngineSettings, engine_dict, run_engine_bench
+
+    report = run_engine_bench(EngineSettings(batches=(1, 3), new_tokens=6, runs=2),
+                              model=(tokenizer, model))
+    data = engine_dict(report)
+    assert [c["batch"] for c in data["costs"]] == [1, 3]
+    for cost in data["costs"]:
+        assert len(cost["steps"]) == 2 and all(s >= 5 for s in cost["steps"])
+        # The criteria run inside generate: each step costs it less than the step.
+        assert all(0 < c < s for c, s in zip(cost["criteria_ms_per_step"], cost["step_ms"]))
+        assert 0 < cost["share_of_step"] < 1
+    assert data["met"] is None  # batch 64 not run

@@ -105,6 +105,11 @@ class ChannelGuard:
         """Characters fed but not judged yet."""
         return self._pending_chars
 
+    @property
+    def batch_chars(self) -> int:
+        """Characters that wait before they are judged together."""
+        return self._batch
+
     def feed(self, delta: str) -> Trip | None:
         """Take one delta; a trip is returned once, on the delta that completes the batch
         holding it, and kept in ``trip``."""

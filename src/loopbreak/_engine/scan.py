@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import ChannelGuard
@@ -37,10 +40,27 @@ def scan(
     pieces = iter_deltas(text_or_pieces, delta_chars) if isinstance(text_or_pieces, str) \
         else text_or_pieces
     guard = ChannelGuard(channel, config or Config())
+    # Ends of the recent pieces: the guard finds a trip up to a batch late, the contract's
+    # offset is the end of the piece that holds it.
+    ends: deque[int] = deque()
+    horizon = guard.batch_chars + 1
+    end = 0
     for i, piece in enumerate(pieces):
         if not isinstance(piece, str):
             raise InputError(f"piece {i} must be a string, not {type(piece).__name__}")
+        end += len(piece)
+        if piece:
+            ends.append(end)
+            while ends[0] < end - horizon - len(piece):
+                ends.popleft()
         trip = guard.feed(piece)
         if trip is not None:
-            return trip
-    return guard.flush()
+            return _at_its_piece(trip, ends)
+    trip = guard.flush()
+    return None if trip is None else _at_its_piece(trip, ends)
+
+
+def _at_its_piece(trip: Trip, ends: deque[int]) -> Trip:
+    """``trip`` with its offset at the end of the piece that holds character ``at``."""
+    offset = ends[bisect_left(ends, trip.at)]
+    return trip if offset == trip.offset else replace(trip, offset=offset)

@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(floods, counting runs, numeric CSV, 10 MB without a newline, "
                              "CJK, emoji, a million unique lines, a 1 MB tool argument, a 4 MB "
                              "event, an 800-call history), against the peers")
+    parser.add_argument("--in-engine", action="store_true",
+                        help="measure the transformers stopping criteria's cost per decode "
+                             "step with a real model (SmolLM2-135M) at batch 1, 8 and 64, "
+                             "beside the step time")
     helps = {"streams": "concurrent streams",
              "chunks_per_s": "chunks per second in each stream",
              "chunks": "chunks per stream",
@@ -224,13 +228,62 @@ def _run_adversarial(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_in_engine(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from loopbreak._bench_engine import QUICK as ENGINE_QUICK
+    from loopbreak._bench_engine import (
+        TARGET_MS_PER_STEP,
+        EngineSettings,
+        costs_text,
+        engine_dict,
+        run_engine_bench,
+    )
+
+    settings = ENGINE_QUICK if args.quick else EngineSettings()
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("loading", total=1.0)
+
+        def on_progress(what: str, done: float) -> None:
+            progress.update(task, description=what, completed=done)
+
+        report = run_engine_bench(settings, on_progress=on_progress)
+    if args.json:
+        sys.stdout.write(json.dumps(engine_dict(report)) + "\n")
+        sys.stdout.flush()
+        return 0
+    console = Console()
+    table = Table(title=f"In-engine: transformers stopping criteria, {report.model}, "
+                        f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
+                  title_justify="left")
+    for name in ("batch", "criteria ms/step", "step ms", "share", "rows cut"):
+        table.add_column(name, justify="right")
+    for row in costs_text(report.costs):
+        table.add_row(*row)
+    console.print(table)
+    met = report.met()
+    if met is not None:
+        console.print(f"  {_mark(met)}  criteria ≤ {TARGET_MS_PER_STEP:g} ms per step at "
+                      "batch 64 in every run")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    chosen = [flag for flag, on in (("--proxy", getattr(args, "proxy", False)),
+                                    ("--adversarial", getattr(args, "adversarial", False)),
+                                    ("--in-engine", getattr(args, "in_engine", False))) if on]
+    if len(chosen) > 1:
+        raise InputError(f"{' and '.join(chosen)} are different benchmarks: run one at a time")
     if getattr(args, "proxy", False):
-        if getattr(args, "adversarial", False):
-            raise InputError("--adversarial and --proxy are two benchmarks: run one at a time")
         return _run_proxy(args)
     if getattr(args, "adversarial", False):
         return _run_adversarial(args)
+    if getattr(args, "in_engine", False):
+        return _run_in_engine(args)
     given = [f"--{option.replace('_', '-')}" for option, _ in _PROXY_OPTIONS
              if getattr(args, option, None) is not None]
     if given:

@@ -221,7 +221,8 @@ class TokenJudge:
         """The stream ended: judge the text still held back."""
         if self.trip is not None:
             return None
-        trip = self._judge(self._decoder.flush())
+        # What the decoder held back, then what waits in the guard's last batch.
+        trip = self._judge(self._decoder.flush()) or self.guard.flush()
         if trip is not None:
             self.trip, self.trip_token = trip, self.tokens
         return trip
