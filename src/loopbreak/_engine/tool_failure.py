@@ -20,6 +20,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from loopbreak._config import ToolFailureConfig
@@ -59,6 +60,31 @@ def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 409
     """
     if isinstance(arguments, (bytes, bytearray)):
         arguments = arguments.decode("utf-8", "replace")
+    if isinstance(arguments, str) and len(arguments) <= _CACHED_CHARS:
+        return _canonical_text(arguments, max_depth, max_chars)
+    return _canonical(arguments, max_depth, max_chars)
+
+
+# A proxy replays the whole history on every request: the same arguments and results
+# come back each time, so their canonical forms and verdicts are kept (short texts only,
+# a bounded number of them).
+_CACHED_CHARS = 4096
+_CACHE_SIZE = 4096
+
+
+def clear_caches() -> None:
+    """Forget the kept canonical forms and verdicts (a benchmark's cold start)."""
+    _canonical_text.cache_clear()
+    _head_looks_like_failure.cache_clear()
+    _normalise_error_cached.cache_clear()
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _canonical_text(arguments: str, max_depth: int, max_chars: int) -> str:
+    return _canonical(arguments, max_depth, max_chars)
+
+
+def _canonical(arguments: Any, max_depth: int, max_chars: int) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -71,27 +97,70 @@ def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 409
     return text
 
 
-_FAILURE = re.compile(
-    r"^\s*(?:error\b|\w*error:|exception\b|traceback \(most recent call last\)|fatal\b|"
-    r"failed\b|failure\b|command failed|permission denied|no such file|E[A-Z]{2,}\b:)"
-    r"|\bexit(?:ed with)? (?:code|status):? ?[1-9]\d*\b|\bcommand not found\b"
+# How a failure report starts, and what says one anywhere in the text. Two patterns so
+# that the second, which must scan the text, runs only where one of its words occurs.
+_FAILURE_START = re.compile(
+    r"\s*(?:error\b|\w*error:|exception\b|traceback \(most recent call last\)|fatal\b|"
+    r"failed\b|failure\b|command failed|permission denied|no such file|E[A-Z]{2,}\b:)",
+    re.IGNORECASE,
+)
+_FAILURE_ANYWHERE = re.compile(
+    r"\bexit(?:ed with)? (?:code|status):? ?[1-9]\d*\b|\bcommand not found\b"
     r"|\bno such file or directory\b",
     re.IGNORECASE,
 )
+_FAILURE_WORDS = ("exit", "command not found", "no such file or directory")
 
 
 def looks_like_failure(result: str) -> bool:
     """Whether a tool result reads as a failure, for logs and protocols that do not flag
     one (an OpenAI ``role: tool`` message has no error field): it starts like an error
     report or says a command exited non-zero. Hosts that know should say so instead."""
-    return bool(_FAILURE.search(result[:2000]))
+    head = result[:2000]
+    return _head_looks_like_failure(head)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _head_looks_like_failure(head: str) -> bool:
+    if _FAILURE_START.match(head):
+        return True
+    folded = head.casefold()
+    return any(word in folded for word in _FAILURE_WORDS) and \
+        bool(_FAILURE_ANYWHERE.search(head))
 
 
 def normalise_error(text: str, max_chars: int = 160) -> str:
     """Error text with what changes between identical failures taken out."""
+    if len(text) <= _CACHED_CHARS:
+        return _normalise_error_cached(text, max_chars)
+    return _normalise_error(text, max_chars)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _normalise_error_cached(text: str, max_chars: int) -> str:
+    return _normalise_error(text, max_chars)
+
+
+def _normalise_error(text: str, max_chars: int) -> str:
+    # No replacement spans whitespace, so a prefix cut before a whitespace character
+    # normalises to the start of the whole text's normal form: a long result costs what
+    # its first few hundred characters do.
+    cut = 2 * max_chars
+    while cut < len(text):
+        space = _SPACE.search(text, cut)
+        if space is None:
+            break
+        head = _normalise(text[: space.start()])
+        if len(head) >= max_chars:
+            return head[:max_chars]
+        cut *= 4
+    return _normalise(text)[:max_chars]
+
+
+def _normalise(text: str) -> str:
     text = _HEX.sub("<hex>", text.lower())
     text = _DIGITS.sub("<n>", text)
-    return _SPACE.sub(" ", text).strip()[:max_chars]
+    return _SPACE.sub(" ", text).strip()
 
 
 @dataclass(frozen=True)

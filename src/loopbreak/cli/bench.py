@@ -205,10 +205,6 @@ def _run_adversarial(args: argparse.Namespace) -> int:
     )
 
     settings = ADV_QUICK if args.quick else AdversarialSettings()
-    if args.seconds is not None:
-        if not args.seconds > 0:
-            raise InputError(f"bench --adversarial: --seconds must be > 0, not {args.seconds}")
-        settings = dataclasses.replace(settings, min_seconds=args.seconds)
     peers = [] if args.no_peers else find_peers()
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
