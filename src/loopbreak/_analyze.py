@@ -198,8 +198,12 @@ def _saved_tokens(call: RecordedCall, rest: str) -> int:
 
 def analyze_events(events: Iterable[Event], path: str, config: Config | None = None
                    ) -> Iterator[SessionReport]:
-    """Replay the events of one source; one report per session in it."""
-    config = config or Config()
+    """Replay the events of one source; one report per session in it.
+
+    Every delta is judged as it comes (``judging.batch_chars`` 1): a report says where
+    the rules decided, the delta that holds the tripping character, as ``loopbreak scan``
+    does; a live guard judging in batches cuts up to a batch later."""
+    config = (config or Config()).replace(**{"judging.batch_chars": 1})
     report: SessionReport | None = None
     session: SessionGuard | None = None
     step = 0

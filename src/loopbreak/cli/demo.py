@@ -125,7 +125,11 @@ def stream_through_guard(replay: Replay, config: Config | None = None,
     """Feed ``replay``'s sample to a fresh guard in deltas, updating ``replay`` and
     yielding it after each. Stops at the cut: the rest of a loop is never streamed."""
     sample = replay.sample
-    guard = ChannelGuard(sample.channel, config)
+    # Every delta judged as it comes: the cut shown is where the rules decided, the same
+    # offset ``loopbreak scan`` reports (a live guard judging in batches cuts up to a
+    # batch later).
+    guard = ChannelGuard(sample.channel, (config or Config()).replace(
+        **{"judging.batch_chars": 1}))
     for start in range(0, len(sample.text), delta_chars):
         replay.trip = guard.feed(sample.text[start:start + delta_chars])
         replay.consumed = guard.consumed
