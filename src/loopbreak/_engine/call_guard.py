@@ -84,7 +84,7 @@ class ChannelGuard:
         self.channel: Channel = channel
         detectors = build_detectors(channel, cfg)
         # (tie-break index, detector): the rule whose decision depends on the split sees
-        # every delta as it comes; the others see batches.
+        # the batch's deltas one by one; the others see them joined.
         self._per_delta = [(i, d) for i, d in enumerate(detectors)
                            if isinstance(d, IdenticalChunksDetector)]
         self._detectors = [(i, d) for i, d in enumerate(detectors)
@@ -120,30 +120,23 @@ class ChannelGuard:
         self._pending.append(delta)
         waiting = self._pending_chars + size
         self._pending_chars = waiting
-        if self._per_delta:
-            return self._feed_per_delta(delta, waiting)
         if waiting < self._batch:
             return None
-        return self._judge(None)
-
-    def _feed_per_delta(self, delta: str, waiting: int) -> Trip | None:
-        first: tuple[int, Trip] | None = None
-        for index, detector in self._per_delta:
-            trip = detector.feed(delta)
-            if trip is not None and (first is None or trip.at < first[1].at):
-                first = (index, trip)
-        if waiting < self._batch and first is None:
-            return None
-        return self._judge(first)
+        return self._judge()
 
     def flush(self) -> Trip | None:
         """Judge the deltas that wait; return the trip they hold (once), if any."""
         if self.trip is not None or not self._pending_chars:
             return None
-        return self._judge(None)
+        return self._judge()
 
-    def _judge(self, first: tuple[int, Trip] | None) -> Trip | None:
+    def _judge(self) -> Trip | None:
         pending = self._pending
+        first: tuple[int, Trip] | None = None
+        for index, per_delta in self._per_delta:
+            trip = per_delta.feed_pieces(pending)
+            if trip is not None and (first is None or trip.at < first[1].at):
+                first = (index, trip)
         text = pending[0] if len(pending) == 1 else "".join(pending)
         pending.clear()
         self._pending_chars = 0
@@ -232,6 +225,7 @@ class CallGuard:
         self._tools: dict[Hashable, ToolCallRecord] = {}
         self._trip: Trip | None = None
         self._held: Trip | None = None
+        self._channel_now: Channel | None = None
 
     @property
     def config(self) -> Config:
@@ -265,7 +259,10 @@ class CallGuard:
             self._grams.feed(delta)
         # The other channel's last batch is judged before this one's first: the stream's
         # order is the order of decisions.
-        earlier = self._flush_others(channel) if delta else None
+        earlier = None
+        if delta and channel != self._channel_now:
+            earlier = self._flush_others(channel)
+            self._channel_now = channel
         trip = guard.feed(delta)
         return self._act(earlier or trip)
 

@@ -8,6 +8,8 @@ chunks carry ``""``) are not deltas of the answer and are skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from loopbreak._config import IdenticalChunksConfig
 from loopbreak._engine.trip import Channel, Trip
 
@@ -35,16 +37,29 @@ class IdenticalChunksDetector:
         self._run = 0
 
     def feed(self, delta: str) -> Trip | None:
-        if not delta:
+        return self.feed_pieces((delta,))
+
+    def feed_pieces(self, deltas: Iterable[str]) -> Trip | None:
+        """Several deltas in stream order, as they came (a guard hands over a batch at
+        once); the trip, on the delta that trips, with ``offset`` at the last one."""
+        consumed, last, run, limit = self._consumed, self._last, self._run, self._limit
+        trip = None
+        for delta in deltas:
+            if not delta:
+                continue
+            consumed += len(delta)
+            if trip is not None:
+                continue
+            stripped = delta.strip()
+            if stripped == last:
+                run += 1
+            else:
+                last, run = stripped, 1
+            if limit and run >= limit:
+                trip = (consumed, run, stripped)
+        self._consumed, self._last, self._run = consumed, last, run
+        if trip is None:
             return None
-        self._consumed += len(delta)
-        stripped = delta.strip()
-        if stripped == self._last:
-            self._run += 1
-        else:
-            self._last = stripped
-            self._run = 1
-        if self._limit and self._run >= self._limit:
-            return Trip(IDENTICAL_CHUNKS, self._channel, self._consumed, self._consumed,
-                        {"repeats": self._run, "chunk": stripped[:80]})
-        return None
+        at, repeats, chunk = trip
+        return Trip(IDENTICAL_CHUNKS, self._channel, consumed, at,
+                    {"repeats": repeats, "chunk": chunk[:80]})
