@@ -435,3 +435,23 @@ def test_bench_in_engine_reports_the_criteria_cost_beside_the_step(tokenizer: An
         assert all(0 < c < s for c, s in zip(cost["criteria_ms_per_step"], cost["step_ms"]))
         assert 0 < cost["share_of_step"] < 1
     assert data["met"] is None  # batch 64 not run
+
+
+def test_bench_token_deltas_are_no_coarser_than_a_real_tokenizer_stream(tokenizer: Any) -> None:
+    # The bench's default deltas stand in for a tokenizer's stream: on each kind of input
+    # they must not be longer than SmolLM2's (a decoder emits whole characters, so a CJK
+    # character split over byte tokens arrives once).
+    from loopbreak._bench import stdlib_text, token_deltas
+
+    samples = {
+        "code": stdlib_text(20_000).text,
+        "prose": (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")[:20_000],
+        "cjk": "我们先读一下这个文件，然后再决定怎么修改。" * 200,
+        "digits": "\n".join(str(n * 7919 % 100_003) for n in range(3_000)),
+    }
+    for name, text in samples.items():
+        ends = {end for _, end in tokenizer(text, return_offsets_mapping=True,
+                                           add_special_tokens=False)["offset_mapping"]}
+        real = len(text) / len(ends)
+        ours = len(text) / len(token_deltas(text))
+        assert ours <= 1.1 * real, (name, ours, real)
