@@ -86,8 +86,9 @@ class BenchSettings:
     """Where the first per-delta probe starts (rounded up to a delta boundary)."""
     far_chars: int = 1_000_000
     """Where the second per-delta probe starts."""
-    window_deltas: int = 200
-    """Deltas in one timed probe window."""
+    window_deltas: int = 1000
+    """Deltas in one timed probe window (a thousand: a window spans dozens of batches, so
+    where the batch boundaries fall does not sway it)."""
     windows: int = 8
     """Probe windows per point; their median is reported."""
     min_seconds: float = 0.5
