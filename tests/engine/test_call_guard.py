@@ -133,22 +133,27 @@ def test_what_waits_is_judged_by_flush() -> None:
     assert guard.flush() is None and guard.trip is trip
 
 
-def test_a_channel_switch_judges_the_other_channel_first() -> None:
+def _tripping_char_waits(guard: CallGuard) -> int:
+    """Feed ``guard`` a reasoning loop up to the character it trips at, the last few
+    characters in a delta too small to complete a batch; return that character."""
     text = verbatim_loop().text
     at = _first_at(text)
-    guard = CallGuard()
     assert guard.feed("reasoning", text[: at - 3]) is None
     assert guard.feed("reasoning", text[at - 3 : at]) is None  # waits in a batch
+    assert guard.trip is None
+    return at
+
+
+def test_a_channel_switch_judges_the_other_channel_first() -> None:
+    guard = CallGuard()
+    at = _tripping_char_waits(guard)
     trip = guard.feed("text", "The answer.")
     assert trip is not None and (trip.channel, trip.at, trip.offset) == ("reasoning", at, at)
 
 
 def test_a_trip_found_as_a_tool_call_opens_waits_for_it_to_close() -> None:
-    text = verbatim_loop().text
-    at = _first_at(text)
     guard = CallGuard()
-    guard.feed("reasoning", text[: at - 3])
-    guard.feed("reasoning", text[at - 3 : at])
+    at = _tripping_char_waits(guard)
     guard.tool_call_delta("call_1", name="bash", arguments='{"cmd": ')
     assert guard.held is not None and guard.held.at == at
     guard.tool_call_delta("call_1", arguments='"ls"}')
@@ -158,16 +163,11 @@ def test_a_trip_found_as_a_tool_call_opens_waits_for_it_to_close() -> None:
 
 
 def test_summary_and_flush_judge_what_waits() -> None:
-    text = verbatim_loop().text
-    at = _first_at(text)
     guard = CallGuard()
-    guard.feed("reasoning", text[: at - 3])
-    guard.feed("reasoning", text[at - 3 : at])
-    assert guard.trip is None
+    at = _tripping_char_waits(guard)
     assert guard.summary().trip is not None and guard.trip is not None and guard.trip.at == at
     other = CallGuard()
-    other.feed("reasoning", text[: at - 3])
-    other.feed("reasoning", text[at - 3 : at])
+    _tripping_char_waits(other)
     flushed = other.flush()
     assert flushed is not None and flushed.at == at and other.flush() is None
 

@@ -19,9 +19,11 @@ lost or reordered. The measuring lives in :mod:`loopbreak._bench_proxy`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loopbreak._bench import (
@@ -125,20 +127,32 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
                   {"delta_chars": args.delta_chars}, "bench")
 
 
-def _measure(settings: BenchSettings, args: argparse.Namespace) -> BenchReport:
+@contextlib.contextmanager
+def _progress(first: str) -> Iterator[Callable[[str, float], None]]:
+    """A transient progress bar on stderr; yields the ``on_progress(what, done)`` to feed it."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    peers: list[Peer] | None = [] if args.no_peers else None
-    console = Console(stderr=True)
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("reading the standard library", total=1.0)
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(first, total=1.0)
 
         def on_progress(what: str, done: float) -> None:
             progress.update(task, description=what, completed=done)
 
+        yield on_progress
+
+
+def _print_json(data: dict[str, Any]) -> int:
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _measure(settings: BenchSettings, args: argparse.Namespace) -> BenchReport:
+    peers: list[Peer] | None = [] if args.no_peers else None
+    with _progress("reading the standard library") as on_progress:
         return run_bench(settings, quick=args.quick, peers=peers, on_progress=on_progress)
 
 
@@ -156,20 +170,9 @@ def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
 
 
 def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> ProxyBenchReport:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from loopbreak._bench_proxy import run_proxy_bench
 
-    console = Console(stderr=True)
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=1.0)
-
-        def on_progress(what: str, done: float) -> None:
-            progress.update(task, description=what, completed=done)
-
+    with _progress("starting") as on_progress:
         try:
             return run_proxy_bench(settings, quick=args.quick, on_progress=on_progress)
         except ImportError as exc:
@@ -185,17 +188,12 @@ def _run_proxy(args: argparse.Namespace) -> int:
     settings = proxy_settings_from(args)
     report = _measure_proxy(settings, args)
     if args.json:
-        sys.stdout.write(json.dumps(proxy_report_dict(report)) + "\n")
-        sys.stdout.flush()
-        return 0
+        return _print_json(proxy_report_dict(report))
     render_proxy(report)
     return 0
 
 
 def _run_adversarial(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from loopbreak._bench import find_peers
     from loopbreak._bench_adversarial import QUICK as ADV_QUICK
     from loopbreak._bench_adversarial import (
@@ -206,27 +204,17 @@ def _run_adversarial(args: argparse.Namespace) -> int:
 
     settings = ADV_QUICK if args.quick else AdversarialSettings()
     peers = [] if args.no_peers else find_peers()
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("making the inputs", total=1.0)
-
-        def on_progress(what: str, done: float) -> None:
-            progress.update(task, description=what, completed=done)
-
+    with _progress("making the inputs") as on_progress:
         report = run_adversarial(settings, peers, on_progress=on_progress)
     data = adversarial_dict(report)
     if args.json:
-        sys.stdout.write(json.dumps(data) + "\n")
-        sys.stdout.flush()
-        return 0
+        return _print_json(data)
     render_adversarial(data)
     return 0
 
 
 def _run_in_engine(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from loopbreak._bench_engine import QUICK as ENGINE_QUICK
@@ -239,19 +227,10 @@ def _run_in_engine(args: argparse.Namespace) -> int:
     )
 
     settings = ENGINE_QUICK if args.quick else EngineSettings()
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("loading", total=1.0)
-
-        def on_progress(what: str, done: float) -> None:
-            progress.update(task, description=what, completed=done)
-
+    with _progress("loading") as on_progress:
         report = run_engine_bench(settings, on_progress=on_progress)
     if args.json:
-        sys.stdout.write(json.dumps(engine_dict(report)) + "\n")
-        sys.stdout.flush()
-        return 0
+        return _print_json(engine_dict(report))
     console = Console()
     table = Table(title=f"In-engine: transformers stopping criteria, {report.model}, "
                         f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
@@ -287,9 +266,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     report = _measure(settings, args)
     if args.json:
-        sys.stdout.write(json.dumps(report_dict(report)) + "\n")
-        sys.stdout.flush()
-        return 0
+        return _print_json(report_dict(report))
     render(report)
     return 0
 
