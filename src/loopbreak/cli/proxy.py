@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from loopbreak._errors import InputError
@@ -29,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port to listen on (default {DEFAULT_PORT}; 0 = any free port)")
     parser.add_argument("--config", metavar="FILE",
                         help="TOML configuration, re-read when it changes")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="worker processes sharing the port (default 1); the proxy keeps "
+                             "no session state, so any worker serves any request (each has "
+                             "its own /metrics)")
     parser.add_argument("--log-level", default="warning",
                         choices=["debug", "info", "warning", "error"],
                         help="trips are logged at warning (default)")
@@ -48,11 +53,28 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("the proxy needs its extra: pip install 'loopbreak[proxy]'") from None
     from loopbreak.proxy.server import tune_gc
 
+    if args.workers < 1:
+        raise InputError(f"--workers must be >= 1, not {args.workers}")
+    # Built here first in any case: a bad upstream or configuration is reported once, now.
     app = ProxyApp(upstream, config_path=args.config)
-    tune_gc()
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(message)s")
-    print(f"loopbreak proxy: http://{args.host}:{args.port} -> {app.upstream}", file=sys.stderr)
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    print(f"loopbreak proxy: http://{args.host}:{args.port} -> {app.upstream}{workers}",
+          file=sys.stderr)
+    if args.workers > 1:
+        # Each worker is a fresh process that builds its own app from the environment.
+        from loopbreak.proxy.app import WORKER_CONFIG_ENV, WORKER_LOG_LEVEL_ENV
+
+        os.environ["LOOPBREAK_UPSTREAM"] = app.upstream
+        os.environ[WORKER_LOG_LEVEL_ENV] = args.log_level
+        if args.config:
+            os.environ[WORKER_CONFIG_ENV] = os.path.abspath(args.config)
+        uvicorn.run("loopbreak.proxy.app:app_from_environment", factory=True,
+                    workers=args.workers, host=args.host, port=args.port,
+                    log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
+        return 0
+    tune_gc()
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                 access_log=False, timeout_graceful_shutdown=5)
     return 0

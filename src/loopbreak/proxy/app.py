@@ -544,3 +544,26 @@ def _with_notice(data: bytes, kind: Kind, notice: str) -> bytes:
 def default_upstream() -> str | None:
     """``$LOOPBREAK_UPSTREAM`` when set."""
     return os.environ.get("LOOPBREAK_UPSTREAM") or None
+
+
+WORKER_CONFIG_ENV = "LOOPBREAK_PROXY_CONFIG_FILE"
+WORKER_LOG_LEVEL_ENV = "LOOPBREAK_PROXY_LOG_LEVEL"
+
+
+def app_from_environment() -> ProxyApp:
+    """The proxy as each worker process of ``loopbreak proxy --workers N`` builds it: the
+    upstream from ``$LOOPBREAK_UPSTREAM``, the configuration file from
+    ``$LOOPBREAK_PROXY_CONFIG_FILE`` (both set by the command). The proxy keeps no session
+    state, so any worker can serve any request; each keeps its own ``/metrics``."""
+    import logging
+
+    from loopbreak.proxy.server import tune_gc
+
+    upstream = default_upstream()
+    if not upstream:
+        raise ConfigError("LOOPBREAK_UPSTREAM is not set")
+    level = os.environ.get(WORKER_LOG_LEVEL_ENV, "warning").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+    app = ProxyApp(upstream, config_path=os.environ.get(WORKER_CONFIG_ENV) or None)
+    tune_gc()
+    return app
