@@ -278,3 +278,18 @@ def test_the_upstream_is_closed_quickly_after_a_cut(upstream: ScriptedUpstream,
     first = upstream.requests[0]
     assert first.wait(2) and first.outcome == "client-disconnected"
     assert first.ended_at is not None and first.ended_at - started < 5
+
+
+def test_a_large_tool_argument_in_small_pieces_arrives_whole(upstream: ScriptedUpstream,
+                                                              proxy: ProxyServer) -> None:
+    # 64 kB of arguments in 4-character events: the proxy keeps them as pieces (the call
+    # guard joins them once), and relays every event as it came.
+    content = "".join(f"line {i}: 值 ok\n" for i in range(4_000))
+    call = ToolCall.of("write", {"path": "big.txt", "content": content}, piece_chars=4)
+    upstream.enqueue(Script.openai(reasoning="Write the file.", tool_calls=[call],
+                                   flavour="deepseek"))
+    result = _ask(proxy)
+    (tool,) = result["tools"].values()
+    assert tool["name"] == "write" and tool["arguments"] == call.arguments_text
+    assert json.loads(tool["arguments"])["content"] == content
+    assert result["finish"] == "tool_calls"

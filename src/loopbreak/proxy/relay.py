@@ -16,7 +16,7 @@ client, at most ``recovery.max_request_retries`` times.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -188,7 +188,6 @@ class GuardedCall:
         stream = self.stream
         held: list[bytes] | None = None  # tool-call events held back for a denial check
         held_state: tuple[int, dict[int, str]] | None = None
-        tools: dict[int | str, list[str]] = {}  # key -> [id, name, arguments]
         finished = False
         # Events that arrived in one read leave in one write: fewer sends, same order.
         outbox: list[bytes] = []
@@ -206,7 +205,7 @@ class GuardedCall:
                     pieces = stream.parse(event)
                     trip: Trip | None = None
                     for piece in pieces:
-                        trip = self._judge(guard, piece, tools) or trip
+                        trip = self._judge(guard, piece) or trip
                         if piece.kind in ("finish", "done"):
                             finished = True
                     if held is None and self._holds(pieces):
@@ -225,13 +224,13 @@ class GuardedCall:
                             held.append(out)
                         if not finished:
                             continue
-                        denied = self._denied(tools)
+                        denied = self._denied(guard)
                         if denied:
                             self.outcome.denials += len(denied)
                             if held_state is not None and isinstance(stream, AnthropicStream):
                                 stream.next_index, stream.open_blocks = held_state
                             await self._flush(outbox)
-                            return await self._deny(denied, tools)
+                            return await self._deny(denied, guard)
                         outbox.extend(held)
                         held = None
                         continue
@@ -249,10 +248,10 @@ class GuardedCall:
             await self._flush(outbox)
             raise _Broken(type(exc).__name__) from None
         if held is not None and finished:
-            denied = self._denied(tools)
+            denied = self._denied(guard)
             if denied:
                 self.outcome.denials += len(denied)
-                return await self._deny(denied, tools)
+                return await self._deny(denied, guard)
             await self._flush(held)
         if not finished:
             raise _Broken("the stream ended before a finish")
@@ -278,17 +277,15 @@ class GuardedCall:
             return bytes(event.raw)
         return self.stream.continuation(event, pieces) or b""
 
-    def _judge(self, guard: CallGuard, piece: Piece,
-               tools: dict[int | str, list[str]]) -> Trip | None:
+    def _judge(self, guard: CallGuard, piece: Piece) -> Trip | None:
         if piece.kind in ("reasoning", "text"):
             return guard.feed(piece.kind, piece.text)
         if piece.kind == "tool" and piece.key is not None:
+            # The guard keeps each call's name and arguments (in pieces, joined once).
             guard.tool_call_delta(piece.key, piece.name, piece.text)
-            entry = tools.setdefault(piece.key, [str(piece.key), "", ""])
-            entry[1] += piece.name
-            entry[2] += piece.text
             return None
-        if piece.kind == "block_stop" and piece.key is not None and piece.key in tools:
+        if piece.kind == "block_stop" and piece.key is not None \
+                and any(record.key == piece.key for record in guard.tool_calls):
             return guard.close_tool_call(piece.key)
         if piece.kind == "finish":
             return guard.close_tool_call()
@@ -297,12 +294,12 @@ class GuardedCall:
     def _holds(self, pieces: list[Piece]) -> bool:
         return any(p.kind == "tool" and p.name and self.view.may_deny(p.name) for p in pieces)
 
-    def _denied(self, tools: dict[int | str, list[str]]) -> dict[str, str]:
+    def _denied(self, guard: CallGuard) -> dict[str, str]:
         out = {}
-        for key, (_, name, args) in tools.items():
-            reason = self.view.denied(name, args)
+        for record in guard.tool_calls:
+            reason = self.view.denied(record.name, record.arguments)
             if reason is not None:
-                out[str(key)] = reason
+                out[str(record.key)] = reason
         return out
 
     # --- recovery ------------------------------------------------------------------
@@ -338,17 +335,17 @@ class GuardedCall:
         self._content_sent = True
         return "retry", notice
 
-    async def _deny(self, denied: dict[str, str], tools: dict[int | str, list[str]]
-                    ) -> tuple[str, str]:
-        calls = [(self._call_id(k, v[0]), v[1], v[2]) for k, v in tools.items()]
-        reasons = {self._call_id(k, v[0]): denied.get(str(k), "[loopbreak] not run: another "
-                   "call in the same response was denied") for k, v in tools.items()}
+    async def _deny(self, denied: dict[str, str], guard: CallGuard) -> tuple[str, str]:
+        records = guard.tool_calls
+        calls = [(self._call_id(r.key), r.name, r.arguments) for r in records]
+        reasons = {self._call_id(r.key): denied.get(str(r.key), "[loopbreak] not run: another "
+                   "call in the same response was denied") for r in records}
         self._reask_request = with_denial(self.body, self.kind, calls, reasons)
         return "reask", next(iter(denied.values()))
 
     @staticmethod
-    def _call_id(key: int | str, fallback: str) -> str:
-        return f"call_loopbreak_{key}" if isinstance(key, int) else str(key or fallback)
+    def _call_id(key: Hashable) -> str:
+        return f"call_loopbreak_{key}" if isinstance(key, int) else str(key)
 
     # --- errors ----------------------------------------------------------------------
 
