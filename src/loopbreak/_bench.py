@@ -59,11 +59,14 @@ Factory = Callable[[], Feeder]
 OnProgress = Callable[[str, float], None]
 """What is being measured now, and the share of the whole run done (0..1)."""
 
-TARGET_CHARS_PER_S = 1_000_000
-"""The issue's floor for the full rule set on one channel."""
+TARGET_CHARS_PER_S = 2_000_000
+"""The floor for the full rule set on one channel, clean text, token-sized deltas."""
 
-TARGET_MAX_GROWTH = 1.5
-"""The issue's ceiling on per-delta cost at 1 MB over the cost at 10 kB."""
+TARGET_LOOPING_CHARS_PER_S = 1_000_000
+"""The floor on looping text (each loop judged until it is stopped)."""
+
+TARGET_MAX_GROWTH = 1.2
+"""The ceiling on per-delta cost at 1 MB over the cost at 10 kB."""
 
 _DEADLINE_CHECK_EVERY = 256  # deltas between clock reads while feeding the long stream
 
@@ -677,7 +680,8 @@ def ratios(ours: SubjectResult, peer: SubjectResult) -> Ratios:
 
 @dataclass(frozen=True)
 class Targets:
-    """The issue's targets, judged on loopbreak's reasoning channel (the full rule set)."""
+    """The targets, judged on loopbreak's reasoning channel (the full rule set), on the
+    slowest of the repeated passes: one fast pass does not meet a target."""
 
     clean_chars_per_s: float
     looping_chars_per_s: float
@@ -691,7 +695,7 @@ class Targets:
 
     @property
     def throughput_looping_met(self) -> bool:
-        return self.looping_chars_per_s >= TARGET_CHARS_PER_S
+        return self.looping_chars_per_s >= TARGET_LOOPING_CHARS_PER_S
 
     @property
     def flat_met(self) -> bool:
@@ -704,7 +708,7 @@ class Targets:
 
 
 def targets(result: SubjectResult) -> Targets:
-    return Targets(result.clean.chars_per_s, result.looping.chars_per_s,
+    return Targets(result.clean.rate_range[0], result.looping.rate_range[0],
                    result.per_delta.growth, result.per_delta.far_at, result.false_positives)
 
 
@@ -940,6 +944,8 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
                           "per-delta cost theirs/ours; above 1 = loopbreak faster",
         "targets": {
             "chars_per_s": TARGET_CHARS_PER_S,
+            "looping_chars_per_s": TARGET_LOOPING_CHARS_PER_S,
+            "judged_on": "the slowest pass",
             "max_growth": TARGET_MAX_GROWTH,
             "channel": "reasoning",
             "throughput_clean_met": t.throughput_clean_met,

@@ -242,11 +242,11 @@ def test_ratios_say_how_many_times_faster_loopbreak_is() -> None:
 
 
 def test_targets_judge_the_thresholds() -> None:
-    assert Targets(1_000_000, 1_000_000, 1.5, 1_000_000, 0).all_met
-    assert not Targets(999_999, 2e6, 1.0, 1_000_000, 0).throughput_clean_met
-    assert not Targets(2e6, 999_999, 1.0, 1_000_000, 0).throughput_looping_met
-    assert not Targets(2e6, 2e6, 1.51, 1_000_000, 0).flat_met
-    assert not Targets(2e6, 2e6, 1.0, 1_000_000, 1).all_met
+    assert Targets(2_000_000, 1_000_000, 1.2, 1_000_000, 0).all_met
+    assert not Targets(1_999_999, 3e6, 1.0, 1_000_000, 0).throughput_clean_met
+    assert not Targets(3e6, 999_999, 1.0, 1_000_000, 0).throughput_looping_met
+    assert not Targets(3e6, 3e6, 1.21, 1_000_000, 0).flat_met
+    assert not Targets(3e6, 3e6, 1.0, 1_000_000, 1).all_met
 
 
 def test_settings_are_checked() -> None:
@@ -409,7 +409,8 @@ def test_bench_quick_json_end_to_end(capsys: pytest.CaptureFixture[str]) -> None
         else:
             assert peer["results"] is None and data["ratios"][name] is None
     targets = data["targets"]
-    assert targets["chars_per_s"] == 1_000_000 and targets["max_growth"] == 1.5
+    assert targets["chars_per_s"] == 2_000_000 and targets["max_growth"] == 1.2
+    assert targets["looping_chars_per_s"] == 1_000_000 and targets["judged_on"] == "the slowest pass"
     for key in ("throughput_clean_met", "throughput_looping_met", "flat_met", "all_met"):
         assert isinstance(targets[key], bool)
     assert targets["false_positives"] == 0

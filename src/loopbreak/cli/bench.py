@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from loopbreak._bench import (
     QUICK,
     TARGET_CHARS_PER_S,
+    TARGET_LOOPING_CHARS_PER_S,
     TARGET_MAX_GROWTH,
     BenchReport,
     BenchSettings,
@@ -424,9 +425,11 @@ def render(report: BenchReport) -> None:
     t = report.targets
     console.print("[bold]Targets[/] (loopbreak, reasoning channel, every rule on):")
     console.print(f"  {_mark(t.throughput_clean_met)}  clean text ≥ "
-                  f"{TARGET_CHARS_PER_S:,} chars/s: {_rate(t.clean_chars_per_s)}")
+                  f"{TARGET_CHARS_PER_S:,} chars/s in the slowest pass: "
+                  f"{_rate(t.clean_chars_per_s)}")
     console.print(f"  {_mark(t.throughput_looping_met)}  looping text ≥ "
-                  f"{TARGET_CHARS_PER_S:,} chars/s: {_rate(t.looping_chars_per_s)}")
+                  f"{TARGET_LOOPING_CHARS_PER_S:,} chars/s in the slowest pass: "
+                  f"{_rate(t.looping_chars_per_s)}")
     console.print(f"  {_mark(t.flat_met)}  per-delta cost at {t.far_at:,} ≤ "
                   f"{TARGET_MAX_GROWTH}× the cost at {s.near_start:,}: {_times(t.growth)}")
     console.print(f"  {_mark(t.false_positives == 0)}  no stop on clean text: "
