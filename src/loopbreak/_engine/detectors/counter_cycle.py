@@ -155,7 +155,8 @@ class CounterCycleDetector(CycleDetector):
         return mapped
 
     def _note_drops(self, positions: list[int], counts: list[int]) -> None:
-        """Several drops, at increasing reading positions (each later than any noted)."""
+        """Several drops at increasing reading positions, the first at or after the last
+        one noted (a run that went on from the last delta adds to it)."""
         base = self._dropped
         totals = list(accumulate(counts, initial=base))
         del totals[0]
