@@ -309,8 +309,7 @@ class CallGuard:
             opening = self._flush_others(None)
             for other in self._tools.values():
                 other.open = False
-            record = self._tools[key] = ToolCallRecord(key)
-            record.open = True
+            record = self._tools[key] = ToolCallRecord(key)  # open: a trip now is held
             self._act(opening)
         record.add(name, arguments)
         record.open = True
@@ -333,7 +332,7 @@ class CallGuard:
 
     def summary(self) -> CallSummary:
         """The call as the cross-call rules see it (what waits is judged first)."""
-        self._act(self._flush_others(None))
+        self.flush()
         return CallSummary(
             reasoning_chars=self._channels["reasoning"].consumed,
             text_chars=self._channels["text"].consumed,

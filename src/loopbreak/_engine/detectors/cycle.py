@@ -115,9 +115,6 @@ class CycleDetector:
         # rotations of it while the run reaches back there, and every rule that accepts a
         # unit gives all its rotations (and repetitions) the same verdict.
         self._rejected: dict[int, int] = {}
-        # Set by ``_earliest``: multiples of the period it judged, up to this long, cannot
-        # qualify in the current step (0: no such promise).
-        self._reach = 0
         # Candidates up to this shift are exactly the multiples of the nearest one.
         self._multiples_upto = 0
         # The current batch (deltas up to one step that share an anchor) and the periods
@@ -215,12 +212,11 @@ class CycleDetector:
         best: tuple[int, int] | None = None
         if candidates:
             nearest = candidates[0]
-            at = self._earliest(n0, n1, nearest)
+            at, reach = self._earliest(n0, n1, nearest)
             if at is not None:
                 best = (at, nearest)
             if best is None or best[0] > n0 + 1:
                 others = candidates[1:]
-                reach = self._reach
                 if reach:
                     # The nearest period vouches for its multiples up to its reach: a window
                     # of such a multiple is repetitions of the nearest unit, so it qualifies
@@ -231,7 +227,7 @@ class CycleDetector:
                     if reach > upto:
                         others = [q for q in others if q > reach or q % nearest]
                 for period in others:
-                    at = self._earliest(n0, n1, period)
+                    at, _ = self._earliest(n0, n1, period)
                     if at is not None and (best is None or (at, period) < best):
                         best = (at, period)
         self._runs, self._next_runs = self._next_runs, self._runs
@@ -271,9 +267,10 @@ class CycleDetector:
             end = q - 1 + g
         return periods
 
-    def _earliest(self, n0: int, n1: int, period: int) -> int | None:
-        """The first ``m`` in (n0, n1] where the window of ``period`` qualifies."""
-        self._reach = 0
+    def _earliest(self, n0: int, n1: int, period: int) -> tuple[int | None, int]:
+        """The first ``m`` in (n0, n1] where the window of ``period`` qualifies, and how far
+        the period vouches for its multiples in this step: they cannot qualify anywhere in
+        it up to that length (0: no such promise)."""
         need = max(self._min_span, self._two_copies(period)) - period
         need_code = max(self._min_span_code, self._two_copies(period)) - period
         # Runs are measured up to the longest period too, so a rejected unit can vouch for
@@ -287,7 +284,7 @@ class CycleDetector:
             # one character tells most chance recurrences of the anchor apart.
             reach = lo - (need - (n1 - n0))
             if reach < lo and (reach - period < 0 or buf[reach] != buf[reach - period]):
-                return None
+                return None, 0
             run = _match_run_back(buf, lo, period, cap)
         repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
         if repeats:
@@ -295,28 +292,23 @@ class CycleDetector:
             # Each window of this step holds at least this much of a repeating stretch.
             vouched = run + period
         if run + (n1 - n0) < need:
-            if repeats:
-                self._reach = vouched
-            return None
+            return None, (vouched if repeats else 0)
         if repeats:
             # The whole step repeats (a loop in full swing): the run grows by one per character.
             rejected = self._rejected.get(period)
             if rejected is not None and run >= n0 - rejected:
                 # Every window of this step is a rotation of a unit that does not count.
-                self._reach = vouched
-                return None
+                return None, vouched
             at = max(n0 + 1, n0 + need - run, need + period)
             if at > n1:
-                self._reach = vouched
-                return None
+                return None, vouched
             unit = buf[at - base - period : at - base]
             if not self._accepts(unit):
                 self._rejected[period] = at
-                self._reach = vouched
-                return None
+                return None, vouched
             if unit_looks_like_code(unit):
                 at = max(n0 + 1, n0 + need_code - run, need_code + period)
-            return at if at <= n1 else None
+            return (at if at <= n1 else None), 0
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need: int | None = None
         for i in range(lo, hi):
@@ -331,12 +323,12 @@ class CycleDetector:
                 if shape_need is None:
                     rejected = self._rejected.get(period)
                     if rejected is not None and run >= m + base - rejected:
-                        return None
+                        return None, 0
                     unit = buf[m - period : m]
                     if not self._accepts(unit):
                         self._rejected[period] = m + base
-                        return None
+                        return None, 0
                     shape_need = need_code if unit_looks_like_code(unit) else need
                 if run >= shape_need and m + base >= shape_need + period:
-                    return m + base
-        return None
+                    return m + base, 0
+        return None, 0
