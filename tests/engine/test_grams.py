@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from loopbreak._engine.grams import GramSet, jaccard, shingles
 
 
+def _substrings(block: str, size: int, step: int) -> set[str]:
+    if len(block) < size:
+        return {block} if block else set()
+    return {block[i : i + size] for i in range(0, len(block) - size + 1, step)}
+
+
 def test_shingles_are_taken_every_step() -> None:
-    assert shingles("abcdefgh", 4, 2) == frozenset({"abcd", "cdef", "efgh"})
-    assert shingles("ab", 4, 2) == frozenset({"ab"})
-    assert shingles("", 4, 2) == frozenset()
+    # Other sizes are the substrings themselves.
+    assert shingles("abcdefgh", 3, 2) == {"abc", "cde", "efg"}
+    assert shingles("ab", 4, 2) == {"ab"}
+    assert shingles("", 4, 2) == set()
+    assert len(shingles("abcdefgh", 4, 2)) == 3
+    assert len(shingles("abcdabcdab", 4, 2)) == 2  # abcd, cdab
+
+
+# BMP letters, a lone surrogate and astral pictographs: the key's two paths must agree.
+_CHARS = st.sampled_from("ab c\u00e9\u4e2d\ud800\U0001f600\U0001f4a5")
+
+
+@given(st.text(_CHARS, max_size=40), st.text(_CHARS, max_size=40), st.sampled_from([1, 2, 4]))
+def test_shingle_keys_compare_as_the_substrings_do(a: str, b: str, step: int) -> None:
+    """Keys are equal exactly when the substrings are, across the word and the string path
+    (one block with an astral character, one without), so every overlap is the same."""
+    keys_a, keys_b = shingles(a, 4, step), shingles(b, 4, step)
+    subs_a, subs_b = _substrings(a, 4, step), _substrings(b, 4, step)
+    assert len(keys_a) == len(subs_a) and len(keys_b) == len(subs_b)
+    assert len(keys_a & keys_b) == len(subs_a & subs_b)
 
 
 def test_jaccard() -> None:

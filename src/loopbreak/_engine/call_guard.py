@@ -76,8 +76,8 @@ class ChannelGuard:
     call guard does so when the channel changes, a tool call starts or the call ends).
     """
 
-    __slots__ = ("_batch", "_consumed", "_detectors", "_pending", "_pending_chars",
-                 "_per_delta", "channel", "trip")
+    __slots__ = ("_batch", "_detectors", "_judged", "_left", "_pending", "_per_delta",
+                 "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None) -> None:
         cfg = config or Config()
@@ -91,19 +91,21 @@ class ChannelGuard:
                            if not isinstance(d, IdenticalChunksDetector)]
         self._batch = cfg.judging.batch_chars
         self._pending: list[str] = []
-        self._pending_chars = 0
-        self._consumed = 0
+        # Characters still to come before the batch is judged: feed() keeps one counter,
+        # the rest is derived (a token-sized delta costs an append and a subtraction).
+        self._left = self._batch
+        self._judged = 0
         self.trip: Trip | None = None
 
     @property
     def consumed(self) -> int:
         """Characters of this channel fed so far."""
-        return self._consumed
+        return self._judged + self._batch - self._left
 
     @property
     def pending(self) -> int:
         """Characters fed but not judged yet."""
-        return self._pending_chars
+        return self._batch - self._left
 
     @property
     def batch_chars(self) -> int:
@@ -114,24 +116,30 @@ class ChannelGuard:
         """Take one delta; a trip is returned once, on the delta that completes the batch
         holding it, and kept in ``trip``."""
         size = len(delta)
-        self._consumed += size
-        if self.trip is not None or not size:
+        left = self._left - size
+        if left > 0:
+            if size:
+                self._pending.append(delta)
+                self._left = left
             return None
         self._pending.append(delta)
-        waiting = self._pending_chars + size
-        self._pending_chars = waiting
-        if waiting < self._batch:
-            return None
+        self._left = left
         return self._judge()
 
     def flush(self) -> Trip | None:
         """Judge the deltas that wait; return the trip they hold (once), if any."""
-        if self.trip is not None or not self._pending_chars:
+        if self._left == self._batch:
             return None
         return self._judge()
 
     def _judge(self) -> Trip | None:
         pending = self._pending
+        self._judged += self._batch - self._left
+        self._left = self._batch
+        if self.trip is not None:
+            # After the trip nothing is judged: what came is only counted.
+            pending.clear()
+            return None
         first: tuple[int, Trip] | None = None
         for index, per_delta in self._per_delta:
             trip = per_delta.feed_pieces(pending)
@@ -139,7 +147,6 @@ class ChannelGuard:
                 first = (index, trip)
         text = pending[0] if len(pending) == 1 else "".join(pending)
         pending.clear()
-        self._pending_chars = 0
         for index, detector in self._detectors:
             trip = detector.feed(text)
             # The earliest character wins; among equals, the earlier rule in the list.

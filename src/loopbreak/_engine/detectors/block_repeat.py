@@ -37,12 +37,15 @@ from collections import deque
 
 from loopbreak._config import BlockRepeatConfig
 from loopbreak._engine.blocks import BlockCutter
-from loopbreak._engine.grams import shingles
+from loopbreak._engine.grams import Shingle, shingles
 from loopbreak._engine.shape import looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 EXACT_REPEAT = "exact-repeat"
-_REBUILD_EVERY = 8
+_REBUILD_EVERY = 16
+# Floating-point room for the size test: it may let a hopeless block through, never skip one
+# that reaches the threshold.
+_SLACK = 1e-9
 LOW_NOVELTY = "low-novelty"
 
 
@@ -54,12 +57,12 @@ class BlockRepeatDetector:
         self._config = config or BlockRepeatConfig()
         self._channel: Channel = channel
         self._cutter = BlockCutter(self._config.block_chars)
-        self._recent: deque[tuple[str, frozenset[str]]] = deque(maxlen=self._config.max_back)
+        self._recent: deque[tuple[str, set[Shingle]]] = deque(maxlen=self._config.max_back)
         # Every shingle of the compared blocks (min_back..max_back back), and perhaps of
         # up to _REBUILD_EVERY blocks that left since it was last rebuilt: a superset
         # bounds the overlap from above just as well, and it grows with one C-level union
         # per block instead of a count per shingle.
-        self._compared: set[str] = set()
+        self._compared: set[Shingle] = set()
         self._pushed = 0
         # How many of the compared blocks hold each block text.
         self._compared_texts: dict[str, int] = {}
@@ -93,23 +96,35 @@ class BlockRepeatDetector:
         exact = False
         best = 0.0
         # Jaccard(A, B) <= |A & B| / |A| <= |A & union of compared blocks| / |A|: when that
-        # bound is under the threshold no single comparison can reach it (skips ~90% of clean
+        # bound is under the threshold no single comparison can reach it (skips ~80% of clean
         # blocks, with the same decisions).
-        if len(grams & self._compared) >= cfg.novelty_overlap * len(grams):
+        known = grams & self._compared
+        size = len(grams)
+        threshold = cfg.novelty_overlap
+        if len(known) >= threshold * size:
             if block in self._compared_texts:
                 exact, best = True, 1.0
             else:
+                # Jaccard >= t needs |A & B| >= t (|A| + |B|) / (1 + t), and |A & B| is at
+                # most min(|known|, |B|): blocks of the wrong size are passed over without
+                # being intersected (about 60% of those left on clean code).
+                ratio = threshold / (1.0 + threshold)
+                most = len(known)
                 recent = self._recent
                 # Nearest first: a loop resembles the blocks just behind it. The first overlap
                 # that reaches the threshold decides; the rest cannot change the decision.
-                size = len(grams)
                 for back in range(cfg.min_back, min(cfg.max_back, len(recent)) + 1):
                     other = recent[-back][1]
-                    common = len(grams & other)  # jaccard(), inlined: this loop is hot
-                    overlap = common / (size + len(other) - common) if common else 0.0
+                    other_size = len(other)
+                    if (most if most < other_size else other_size) < (
+                            ratio * (size + other_size) - _SLACK):
+                        continue
+                    # Every compared block is inside the union: its common part is in known.
+                    common = len(known & other)  # jaccard(), inlined: this loop is hot
+                    overlap = common / (size + other_size - common) if common else 0.0
                     if overlap > best:
                         best = overlap
-                        if best >= cfg.novelty_overlap:
+                        if best >= threshold:
                             break
         self._push(block, grams)
         if best < cfg.novelty_overlap:
@@ -131,7 +146,7 @@ class BlockRepeatDetector:
                         {**evidence, "streak": self._novelty_run})
         return None
 
-    def _push(self, block: str, grams: frozenset[str]) -> None:
+    def _push(self, block: str, grams: set[Shingle]) -> None:
         """Append a block; keep what the blocks min_back..max_back back hold."""
         recent = self._recent
         if len(recent) == recent.maxlen:
