@@ -428,6 +428,9 @@ class ProxyConfig(_Section):
                              choices=("minimal", "low", "none"))
     max_body_bytes: int = _key(32 << 20, "Largest request body accepted (413 beyond).",
                                low=1024, high=1 << 31)
+    max_response_bytes: int = _key(64 << 20, "Largest whole (non-streamed) upstream answer "
+                                   "read (502 beyond): the proxy holds it to judge it.",
+                                   low=1024, high=1 << 31)
     connect_timeout: float = _key(10.0, "Seconds to connect to the upstream (502 beyond).",
                                   low=0.1, high=600.0)
     idle_timeout: float = _key(300.0, "Seconds the upstream may send nothing (504, or a lawful "

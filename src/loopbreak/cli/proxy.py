@@ -10,8 +10,9 @@ no prompts), and re-reads ``--config`` when the file changes.
 from __future__ import annotations
 
 import argparse
-import logging
+import errno
 import os
+import socket
 import sys
 
 from loopbreak._errors import InputError
@@ -57,24 +58,54 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--workers must be >= 1, not {args.workers}")
     # Built here first in any case: a bad upstream or configuration is reported once, now.
     app = ProxyApp(upstream, config_path=args.config)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
-                        format="%(asctime)s %(name)s %(message)s")
+    from loopbreak.proxy.logs import configure_logging
+
+    configure_logging(args.log_level)
+    # The port is taken before the banner: a port in use is one clear line, and port 0
+    # prints the port the system chose.
+    sock = listen(args.host, args.port)
+    port = sock.getsockname()[1]
     workers = f", {args.workers} workers" if args.workers > 1 else ""
-    print(f"loopbreak proxy: http://{args.host}:{args.port} -> {app.upstream}{workers}",
+    print(f"loopbreak proxy: http://{_host_in_url(args.host)}:{port} -> {app.upstream}{workers}",
           file=sys.stderr)
     if args.workers > 1:
-        # Each worker is a fresh process that builds its own app from the environment.
+        # Each worker is a fresh process that builds its own app from the environment; the
+        # supervisor binds the port again (just released: it is free unless taken meanwhile).
         from loopbreak.proxy.app import WORKER_CONFIG_ENV, WORKER_LOG_LEVEL_ENV
 
+        sock.close()
         os.environ["LOOPBREAK_UPSTREAM"] = app.upstream
         os.environ[WORKER_LOG_LEVEL_ENV] = args.log_level
         if args.config:
             os.environ[WORKER_CONFIG_ENV] = os.path.abspath(args.config)
         uvicorn.run("loopbreak.proxy.app:app_from_environment", factory=True,
-                    workers=args.workers, host=args.host, port=args.port,
+                    workers=args.workers, host=args.host, port=port,
                     log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
         return 0
     tune_gc()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                                           timeout_graceful_shutdown=5))
+    server.run(sockets=[sock])
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening; a clear error when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = "the port is in use" if exc.errno == errno.EADDRINUSE else (
+            exc.strerror or str(exc))
+        raise InputError(f"cannot listen on {host}:{port}: {reason} (choose another --port, "
+                         "or 0 for any free one)") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _host_in_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

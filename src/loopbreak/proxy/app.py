@@ -14,7 +14,6 @@ time bookkeeping.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -39,12 +38,22 @@ from loopbreak._history import (
     without_unsigned_thinking,
 )
 from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
+from loopbreak.proxy.logs import event as log_event
+from loopbreak.proxy.logs import log as proxy_log
+from loopbreak.proxy.logs import session_id
 from loopbreak.proxy.metrics import Metrics
 from loopbreak.proxy.relay import (
     GuardedCall,
     Headers,
     UpstreamError,
     UpstreamResponse,
+)
+from loopbreak.proxy.wire import (
+    READABLE_ENCODINGS,
+    BodyDecoder,
+    BodyError,
+    content_encoding,
+    request_headers,
     response_headers,
 )
 
@@ -53,15 +62,12 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-log = logging.getLogger("loopbreak.proxy")
 
 GUARDED: dict[str, Kind] = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
     "/v1/messages": "anthropic",
 }
-_SKIP_REQUEST_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding",
-                         "proxy-connection", "te", "upgrade"}
 
 
 def upstream_url(base: str, path: str, query: str = "") -> str:
@@ -76,14 +82,16 @@ def upstream_url(base: str, path: str, query: str = "") -> str:
 
 
 class ConfigSource:
-    """The configuration, re-read when its file changes (checked at most every few seconds).
-    A file that turns invalid is reported once and the last good configuration stays."""
+    """The configuration, re-read when its file changes. The proxy checks the file every
+    ``proxy.reload_seconds`` in the background (:meth:`check`), so a broken edit or a
+    deleted file is reported when it happens, not at the next request; the last good
+    configuration stays in force until a valid file replaces it."""
 
     def __init__(self, path: str | None, config: Config | None = None) -> None:
         self.path = Path(path) if path else None
         self.config = config or load_config(path).config
         self._mtime = self._stat()
-        self._checked = time.monotonic()
+        self._missing = False
 
     def _stat(self) -> float | None:
         try:
@@ -92,47 +100,87 @@ class ConfigSource:
             return None
 
     def get(self) -> Config:
-        if self.path is None:
-            return self.config
-        now = time.monotonic()
-        if now - self._checked < self.config.proxy.reload_seconds:
-            return self.config
-        self._checked = now
-        mtime = self._stat()
-        if mtime is not None and mtime != self._mtime:
-            self._mtime = mtime
-            try:
-                self.config = load_config(self.path).config
-                log.info(json.dumps({"event": "config-reloaded", "path": str(self.path)}))
-            except ConfigError as exc:
-                log.error(json.dumps({"event": "config-rejected", "error": str(exc)}))
         return self.config
+
+    def check(self) -> None:
+        """Re-read the file if it changed; report a file that broke or went away (once)."""
+        if self.path is None:
+            return
+        mtime = self._stat()
+        if mtime is None:
+            if not self._missing:
+                self._missing = True
+                log_event("config-missing", logging.ERROR, path=str(self.path),
+                          error="the configuration file is gone; the last one read stays "
+                                "in force")
+            return
+        self._missing = False
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        try:
+            self.config = load_config(self.path).config
+            log_event("config-reloaded", logging.INFO, path=str(self.path))
+        except ConfigError as exc:
+            log_event("config-rejected", logging.ERROR, path=str(self.path), error=str(exc))
+
+    async def watch(self) -> None:
+        """Check the file every ``proxy.reload_seconds`` until cancelled."""
+        while True:
+            await asyncio.sleep(self.config.proxy.reload_seconds)
+            self.check()
 
 
 class _AiohttpResponse:
-    """An aiohttp response seen through the relay's small interface."""
+    """An aiohttp response seen through the relay's small interface, decoded when the
+    upstream compressed it."""
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, decoder: BodyDecoder | None = None) -> None:
         self._response = response
+        self._decoder = decoder
         self.status: int = response.status
-        self.headers: Headers = [(k, v) for k, v in response.headers.items()]
+        self.headers: Headers = [(k, v) for k, v in response.headers.items()
+                                 if decoder is None or k.lower() != "content-encoding"]
         self._done = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         import aiohttp
 
+        decoder = self._decoder
         try:
             async for data in self._response.content.iter_any():
-                yield data
+                if decoder is None:
+                    yield data
+                else:
+                    for part in decoder.decode(data):
+                        yield part
+            if decoder is not None:
+                rest = decoder.finish()
+                if rest:
+                    yield rest
+        except asyncio.TimeoutError:
+            # aiohttp's read timeouts are ClientErrors too: a stall must stay a stall.
+            raise asyncio.TimeoutError("the upstream stopped sending") from None
         except aiohttp.ClientError as exc:
             # The relay knows connection errors, not aiohttp's: translate at the boundary.
             raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
         self._done = True
 
-    async def read(self) -> bytes:
-        data: bytes = await self._response.read()
-        self._done = True
-        return data
+    async def read(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for data in self.chunks():
+                size += len(data)
+                if size > limit:
+                    raise UpstreamError(502, f"the upstream's answer is larger than {limit:,} "
+                                             "bytes (proxy.max_response_bytes)")
+                parts.append(data)
+        except asyncio.TimeoutError:
+            raise UpstreamError(504, "the upstream stopped sending its answer") from None
+        except (ConnectionError, BodyError) as exc:
+            raise UpstreamError(502, f"the upstream's answer broke off: {exc}") from None
+        return b"".join(parts)
 
     def close(self) -> None:
         # A response read to its end goes back to the pool; any other is closed, which is
@@ -177,6 +225,7 @@ class ProxyApp:
         self.source = ConfigSource(config_path, config)
         self.metrics = Metrics()
         self._session: Any = None
+        self._watcher: asyncio.Future[None] | None = None
 
     # --- ASGI --------------------------------------------------------------------------
 
@@ -186,6 +235,26 @@ class ProxyApp:
             return
         if scope["type"] != "http":
             return
+        if not proxy_log.isEnabledFor(logging.INFO):
+            await self._route(scope, receive, send)
+            return
+        # --log-level info: one line per request (no headers, no query, no body).
+        began = time.monotonic()
+        status = 0
+
+        async def noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._route(scope, receive, noting_status)
+        finally:
+            log_event("request", logging.INFO, method=scope["method"], path=scope["path"],
+                      status=status, ms=round((time.monotonic() - began) * 1000, 1))
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/healthz":
             await self._respond(send, 200, b"ok\n", "text/plain; charset=utf-8")
@@ -203,6 +272,8 @@ class ProxyApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.source.path is not None:
+                    self._watcher = asyncio.ensure_future(self.source.watch())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -210,7 +281,11 @@ class ProxyApp:
                 return
 
     async def aclose(self) -> None:
-        """Close the upstream connection pool."""
+        """Stop watching the configuration file; close the upstream connection pool."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -251,13 +326,8 @@ class ProxyApp:
 
     @staticmethod
     def _forward_headers(scope: Scope) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for raw_name, raw_value in scope["headers"]:
-            name = raw_name.decode("latin-1").lower()
-            if name not in _SKIP_REQUEST_HEADERS:
-                value = raw_value.decode("latin-1")
-                headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return headers
+        return request_headers((name.decode("latin-1"), value.decode("latin-1"))
+                               for name, value in scope["headers"])
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, kind: Kind) -> None:
         config = self.source.get()
@@ -285,8 +355,8 @@ class ProxyApp:
         reaction = view.reaction
         if reaction is not None:
             self.metrics.add("loopbreak_stall_reactions_total", kind=reaction.kind)
-            self._log("stall", kind=reaction.kind, fires=reaction.fires,
-                      session=self._hash(session_key(headers, body)))
+            log_event("stall", kind=reaction.kind, fires=reaction.fires,
+                      session=session_id(session_key(headers, body)))
             if reaction.kind == "steer":
                 forwarded = with_note(forwarded, kind, reaction.notice)
             elif reaction.kind == "cancel":
@@ -297,10 +367,10 @@ class ProxyApp:
         if body.get("stream"):
             await self._stream(send, receive, kind, forwarded, view, config, opener,
                                model=str(body.get("model") or ""),
-                               session=self._hash(session_key(headers, body)))
+                               session=session_id(session_key(headers, body)))
         else:
             await self._whole(send, kind, forwarded, view, config, opener,
-                              session=self._hash(session_key(headers, body)))
+                              session=session_id(session_key(headers, body)))
 
     def _opener(self, url: str, headers: dict[str, str], config: Config
                 ) -> Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]:
@@ -318,14 +388,30 @@ class ProxyApp:
                     "accept-encoding": "identity"}, timeout=timeout)
             except asyncio.TimeoutError:
                 self.metrics.add("loopbreak_upstream_errors_total", kind="timeout")
-                raise UpstreamError(504, f"the upstream did not answer within "
-                                         f"{config.proxy.idle_timeout:g} s") from None
+                message = f"the upstream did not answer within {config.proxy.idle_timeout:g} s"
+                log_event("upstream-error", status=504, error=message)
+                raise UpstreamError(504, message) from None
             except aiohttp.ClientError as exc:
                 self.metrics.add("loopbreak_upstream_errors_total", kind="unreachable")
-                raise UpstreamError(502, f"the upstream could not be reached: {exc}") from None
+                message = f"the upstream could not be reached: {exc}"
+                log_event("upstream-error", status=502, error=message)
+                raise UpstreamError(502, message) from None
             if response.status >= 400:
                 self.metrics.add("loopbreak_upstream_errors_total", kind=str(response.status))
-            return _AiohttpResponse(response)
+            encoding = content_encoding(response.headers.items())
+            if encoding == "identity":
+                return _AiohttpResponse(response)
+            if encoding in READABLE_ENCODINGS:
+                return _AiohttpResponse(response, BodyDecoder(encoding))
+            if response.status >= 400:
+                # An error is passed on as it came, its encoding named.
+                return _AiohttpResponse(response)
+            response.close()
+            self.metrics.add("loopbreak_upstream_errors_total", kind="encoding")
+            message = (f"the upstream answered with content-encoding {encoding}, which the "
+                       "guard cannot read (it asks for identity; gzip and deflate are decoded)")
+            log_event("upstream-error", status=502, error=message)
+            raise UpstreamError(502, message)
 
         return open_upstream
 
@@ -338,7 +424,7 @@ class ProxyApp:
             self.metrics.add("loopbreak_cut_chars_total", trip.offset)
             if recovery == "retry":
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
-            self._log("trip", rule=trip.rule, channel=trip.channel, offset=trip.offset,
+            log_event("trip", rule=trip.rule, channel=trip.channel, offset=trip.offset,
                       model=model, session=session, recovery=recovery)
 
         call = GuardedCall(kind, body, view, config, opener, client,
@@ -360,7 +446,7 @@ class ProxyApp:
                                  reason="broken-response")
             if outcome.denials:
                 self.metrics.add("loopbreak_tool_denials_total", outcome.denials)
-                self._log("tool-denied", calls=outcome.denials, model=model, session=session)
+                log_event("tool-denied", calls=outcome.denials, model=model, session=session)
             if client.started:
                 await client.end()
         finally:
@@ -371,20 +457,26 @@ class ProxyApp:
                      config: Config, opener: Any, *, session: str) -> None:
         """A non-streaming request: nothing can be saved any more, but a reasoning-only answer
         that looped is asked again without thinking, once per turn."""
+        limit = config.proxy.max_response_bytes
         try:
             response = await opener(body)
+            try:
+                data = await response.read(limit)
+            except UpstreamError as exc:
+                log_event("upstream-error", status=exc.status, error=str(exc), session=session)
+                raise
+            finally:
+                response.close()
         except UpstreamError as exc:
             await self._respond(send, exc.status, error_body(kind, exc.status, str(exc)),
                                 "application/json")
             return
-        data = await response.read()
-        response.close()
         headers = response_headers(response.headers)
         trip = _judge_whole(data, kind, config) if response.status == 200 else None
         if trip is not None:
             self.metrics.add("loopbreak_trips_total", rule=trip[0].rule, channel=trip[0].channel)
             headers.append(("x-loopbreak-trip", trip[0].rule))
-            self._log("trip", rule=trip[0].rule, channel=trip[0].channel,
+            log_event("trip", rule=trip[0].rule, channel=trip[0].channel,
                       offset=trip[0].offset, model=str(body.get("model") or ""),
                       session=session, recovery="none" if trip[1] else "retry")
             if not trip[1] and config.recovery.on_trip == "retry" \
@@ -396,9 +488,11 @@ class ProxyApp:
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
                 try:
                     second = await opener(retry)
-                    data = _with_notice(await second.read(), kind, notice) \
-                        if second.status == 200 else data
-                    second.close()
+                    try:
+                        answer = await second.read(limit)
+                    finally:
+                        second.close()
+                    data = _with_notice(answer, kind, notice) if second.status == 200 else data
                 except UpstreamError:
                     pass
         await send({"type": "http.response.start", "status": response.status,
@@ -451,35 +545,32 @@ class ProxyApp:
         config = self.source.get()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.proxy.connect_timeout,
                                         sock_read=config.proxy.idle_timeout)
+        started = False
         try:
             async with session.request(scope["method"], url, headers=self._forward_headers(scope),
                                        data=request_body(), timeout=timeout) as response:
+                # The body goes on byte for byte, compressed or not, its length announced.
+                headers = response_headers(response.headers.items(), keep_length=True)
                 await send({"type": "http.response.start", "status": response.status,
                             "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                                        for k, v in response.headers.items()
-                                        if k.lower() not in ("transfer-encoding", "connection",
-                                                             "keep-alive")]})
+                                        for k, v in headers]})
+                started = True
                 async for data in response.content.iter_any():
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.TimeoutError:
-            await self._respond(send, 504, error_body("openai", 504, "the upstream timed out"),
+        except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            timed_out = isinstance(exc, asyncio.TimeoutError)
+            if started:
+                # The head is out: the only honest end is a cut connection, which the server
+                # makes when the app returns without ending the body.
+                log_event("passthrough-broken", path=scope["path"],
+                          error="timeout" if timed_out else f"{type(exc).__name__}: {exc}")
+                return
+            status, message = (504, "the upstream timed out") if timed_out else (
+                502, f"the upstream could not be reached: {exc}")
+            log_event("upstream-error", status=status, path=scope["path"], error=message)
+            await self._respond(send, status, error_body("openai", status, message),
                                 "application/json")
-        except aiohttp.ClientError as exc:
-            await self._respond(send, 502, error_body("openai", 502,
-                                                      f"the upstream could not be reached: {exc}"),
-                                "application/json")
-
-    # --- logs --------------------------------------------------------------------------
-
-    @staticmethod
-    def _hash(value: str) -> str:
-        return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12] \
-            if value else ""
-
-    @staticmethod
-    def _log(event: str, **fields: Any) -> None:
-        log.warning(json.dumps({"event": event, **fields}, ensure_ascii=False))
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -555,15 +646,13 @@ def app_from_environment() -> ProxyApp:
     upstream from ``$LOOPBREAK_UPSTREAM``, the configuration file from
     ``$LOOPBREAK_PROXY_CONFIG_FILE`` (both set by the command). The proxy keeps no session
     state, so any worker can serve any request; each keeps its own ``/metrics``."""
-    import logging
-
+    from loopbreak.proxy.logs import configure_logging
     from loopbreak.proxy.server import tune_gc
 
     upstream = default_upstream()
     if not upstream:
         raise ConfigError("LOOPBREAK_UPSTREAM is not set")
-    level = os.environ.get(WORKER_LOG_LEVEL_ENV, "warning").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+    configure_logging(os.environ.get(WORKER_LOG_LEVEL_ENV, "warning"))
     app = ProxyApp(upstream, config_path=os.environ.get(WORKER_CONFIG_ENV) or None)
     tune_gc()
     return app

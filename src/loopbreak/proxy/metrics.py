@@ -18,6 +18,11 @@ def _labels(labels: tuple[tuple[str, str], ...]) -> str:
     return "{" + body + "}"
 
 
+def _number(value: float) -> str:
+    # Counters are whole numbers: 1234567, never 1.23457e+06.
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 class Metrics:
     """The proxy's counters and gauges."""
 
@@ -48,5 +53,5 @@ class Metrics:
             if not samples and kind == "gauge":
                 samples = [((), 0.0)]
             for labels, value in samples:
-                lines.append(f"{name}{_labels(labels)} {value:g}")
+                lines.append(f"{name}{_labels(labels)} {_number(value)}")
         return "\n".join(lines) + "\n"

@@ -41,12 +41,14 @@ from loopbreak.proxy.dialect import (
     sse_data,
 )
 from loopbreak.proxy.sse import SSEError, SSEParser
+from loopbreak.proxy.wire import BodyError, response_headers
 
 Headers = list[tuple[str, str]]
 
 
 class UpstreamResponse(Protocol):
-    """A response from the model server, read as it arrives."""
+    """A response from the model server, read as it arrives (decoded, if it came
+    compressed: ``headers`` then no longer name an encoding)."""
 
     status: int
     headers: Headers
@@ -55,7 +57,10 @@ class UpstreamResponse(Protocol):
 
     def close(self) -> None: ...
 
-    async def read(self) -> bytes: ...
+    async def read(self, limit: int) -> bytes:
+        """The whole body; :class:`UpstreamError` when it breaks off (502), stalls (504) or
+        grows past ``limit`` bytes (502)."""
+        ...
 
 
 class UpstreamError(Exception):
@@ -97,15 +102,6 @@ class _Broken(Exception):
 
 _SSE_HEADERS: Headers = [("content-type", "text/event-stream; charset=utf-8"),
                          ("cache-control", "no-cache")]
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
-               "content-encoding", "proxy-connection", "te", "trailer", "upgrade"}
-
-
-def response_headers(headers: Headers) -> Headers:
-    """Upstream headers fit to pass on (hop-by-hop ones dropped: the server sets its own)."""
-    return [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
-
-
 class GuardedCall:
     """One streaming request through the guard."""
 
@@ -241,7 +237,7 @@ class GuardedCall:
                         await self._flush(outbox)
                         return None
                 await self._flush(outbox)
-        except (BrokenStream, SSEError) as exc:
+        except (BrokenStream, SSEError, BodyError) as exc:
             await self._flush(outbox)
             raise _Broken(str(exc)) from None
         except (ConnectionError, asyncio.TimeoutError, OSError) as exc:
@@ -351,7 +347,11 @@ class GuardedCall:
 
     async def _pass_error(self, response: UpstreamResponse) -> None:
         """An upstream 4xx/5xx goes to the client unchanged (status, headers, body)."""
-        body = await response.read()
+        try:
+            body = await response.read(self.config.proxy.max_response_bytes)
+        except UpstreamError as exc:
+            await self._fail(exc.status, str(exc))
+            return
         if not self.client.started:
             await self.client.start(response.status, response_headers(response.headers))
             await self.client.write(body)

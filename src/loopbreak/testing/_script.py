@@ -201,8 +201,14 @@ class Delivery:
     """Seconds to wait before the status line (time to first byte)."""
     chunked: bool = True
     """``Transfer-Encoding: chunked``; ``False``: the body ends when the connection closes."""
+    content_encoding: Literal["gzip", "deflate"] | None = None
+    """Compress the body and say so in ``Content-Encoding``, whatever the request accepted
+    (as some upstreams do); a stream is flushed after every write, so it stays live."""
 
     def __post_init__(self) -> None:
+        if self.content_encoding not in (None, "gzip", "deflate"):
+            raise ValueError("'content_encoding' must be 'gzip', 'deflate' or None: "
+                             f"{self.content_encoding!r}")
         if self.write_bytes is not None:
             _positive("write_bytes", self.write_bytes)
         _positive("events_per_write", self.events_per_write)
@@ -285,6 +291,9 @@ class Script:
     """While stalled, a keep-alive comment every this many seconds (streaming only)."""
     error_event_at: At | None = None
     """Send an in-stream error event there instead, then end the body."""
+    body_cut_at: int | None = None
+    """Non-streaming: send the head (announcing the whole body) and only this many bytes of
+    the body, then close the connection, or stall when ``stall_after`` is also set."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "events", tuple(self.events))
@@ -310,6 +319,7 @@ class Script:
         _not_negative("stall_seconds", self.stall_seconds)
         if self.stall_keepalive is not None and self.stall_keepalive <= 0:
             raise ValueError(f"'stall_keepalive' must be > 0 (or None): {self.stall_keepalive!r}")
+        _not_negative("body_cut_at", self.body_cut_at)
         for name in ("invalid_json_at", "close_after", "stall_after", "error_event_at"):
             _check_at(name, getattr(self, name))
         if self.close_how not in ("drop", "reset", "end"):
@@ -457,6 +467,14 @@ class Script:
     ) -> Script:
         """A copy that stops sending after ``after`` events (``seconds=None``: forever)."""
         return replace(self, stall_after=after, stall_seconds=seconds, stall_keepalive=keepalive)
+
+    def cutting_body(self, at_bytes: int, *, stall: bool = False,
+                     seconds: float | None = None) -> Script:
+        """A non-streaming copy whose body stops after ``at_bytes`` bytes: the connection
+        closes there, or stalls (``seconds=None``: until the client goes away)."""
+        if stall:
+            return replace(self, body_cut_at=at_bytes, stall_after=0, stall_seconds=seconds)
+        return replace(self, body_cut_at=at_bytes)
 
     def with_invalid_json(self, at: At) -> Script:
         """A copy whose event ``at`` carries JSON cut in half."""

@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -282,6 +283,19 @@ def _status_line(status: int) -> str:
 def _head(status: int, headers: Iterable[tuple[str, str]]) -> bytes:
     lines = [_status_line(status)] + [f"{k}: {v}\r\n" for k, v in headers] + ["\r\n"]
     return "".join(lines).encode("latin-1")
+
+
+def _encoded(body: bytes, encoding: str | None) -> bytes:
+    if encoding is None:
+        return body
+    compressor = _compressor(encoding)
+    encoded: bytes = compressor.compress(body) + compressor.flush()
+    return encoded
+
+
+def _compressor(encoding: str) -> Any:
+    # wbits 31: a gzip member; 15: a zlib stream (what HTTP calls deflate).
+    return zlib.compressobj(wbits=31 if encoding == "gzip" else 15)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -819,7 +833,11 @@ class ScriptedUpstream:
     ) -> bool:
         # Stream faults on a non-streaming answer: a stall delays it, a close
         # drops the connection before any byte, broken JSON cuts the body in
-        # half, an error event becomes a 500.
+        # half, an error event becomes a 500; a body cut stops after its head.
+        if script.body_cut_at is not None:
+            body = _encoded(dumps(response_body(script, ctx)).encode(),
+                            script.delivery.content_encoding)
+            return await self._send_cut(conn, record, script, body, extra)
         if script.stall_after is not None and await conn.pause(script.stall_seconds):
             return self._gone(conn, record)
         if script.close_after is not None:
@@ -838,7 +856,34 @@ class ScriptedUpstream:
         text = dumps(response_body(script, ctx))
         if script.invalid_json_at is not None:
             text = corrupt(text)
-        return await self._send_raw(conn, record, 200, text.encode(), keep, extra)
+        encoding = script.delivery.content_encoding
+        if encoding is not None:
+            extra = [*extra, ("content-encoding", encoding)]
+        return await self._send_raw(conn, record, 200, _encoded(text.encode(), encoding), keep,
+                                    extra)
+
+    async def _send_cut(self, conn: _Connection, record: RecordedRequest, script: Script,
+                        body: bytes, extra: list[tuple[str, str]]) -> bool:
+        """The head of a complete answer and the first ``body_cut_at`` bytes of its body;
+        then a close, or a stall until ``stall_seconds`` pass or the client goes away."""
+        record.status = 200
+        encoding = script.delivery.content_encoding
+        if encoding is not None:
+            extra = [*extra, ("content-encoding", encoding)]
+        head = self._json_head(200, record.dialect or "openai", close=True, body=b"",
+                               record=record, extra=extra)
+        # The head announced an empty body: announce the whole one instead.
+        head = head.replace(b"content-length: 0\r\n",
+                            f"content-length: {len(body)}\r\n".encode(), 1)
+        cut = body[: script.body_cut_at]
+        if not conn.write(head + cut) or not await conn.drain():
+            return self._gone(conn, record)
+        record.bytes_sent = len(cut)
+        if script.stall_after is not None and await conn.pause(script.stall_seconds):
+            return self._gone(conn, record)
+        conn.close("drop")
+        record._finish("server-closed")
+        return False
 
     def _request_id(self, record: RecordedRequest) -> str:
         return f"req_scripted_{record.index}"
@@ -923,12 +968,19 @@ class ScriptedUpstream:
         ]
         if chunked and not keep:
             headers.append(("connection", "close"))
+        compressor = None
+        if delivery.content_encoding is not None:
+            headers.append(("content-encoding", delivery.content_encoding))
+            compressor = _compressor(delivery.content_encoding)
         record.status = 200
         if not conn.write(_head(200, headers)):
             return self._gone(conn, record)
         comment = f": {delivery.keepalive_text}\n\n".encode()
 
         def frame(data: bytes) -> bytes:
+            if compressor is not None:
+                # A sync flush per write: the reader can decode each write as it comes.
+                data = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
             return _chunk(data) if chunked else data
 
         wrote = False
@@ -948,7 +1000,7 @@ class ScriptedUpstream:
                     # socket that never fills would otherwise hold the loop.
                     await asyncio.sleep(0)
             elif isinstance(step, Pause):
-                if not await self._stall(conn, record, step, frame(comment)):
+                if not await self._stall(conn, record, step, lambda: frame(comment)):
                     return self._gone(conn, record)
             elif isinstance(step, Close):
                 if step.how == "end" and chunked:
@@ -962,6 +1014,10 @@ class ScriptedUpstream:
                 record._finish("server-closed")
                 return False
             elif isinstance(step, End):
+                if compressor is not None:
+                    tail = compressor.flush()
+                    if not conn.write(_chunk(tail) if chunked else tail):
+                        return self._gone(conn, record)
                 if chunked:
                     if not conn.write(_chunk(b"")) or not await conn.drain():
                         return self._gone(conn, record)
@@ -972,7 +1028,8 @@ class ScriptedUpstream:
         return keep  # pragma: no cover - plan always ends with End or Close
 
     async def _stall(
-        self, conn: _Connection, record: RecordedRequest, pause: Pause, comment: bytes
+        self, conn: _Connection, record: RecordedRequest, pause: Pause,
+        comment: Callable[[], bytes]
     ) -> bool:
         """Hold the stream; False when the client went away meanwhile."""
         if pause.keepalive is None:
@@ -989,5 +1046,5 @@ class ScriptedUpstream:
                 return False
             if deadline is not None and loop.time() >= deadline:
                 return True
-            if not conn.write(comment) or not await conn.drain():
+            if not conn.write(comment()) or not await conn.drain():
                 return False
