@@ -12,6 +12,50 @@ from typing import Any, Literal
 DIALECTS = ("auto", "deepseek", "anthropic", "vllm", "ollama", "openai", "none")
 
 
+def requested_dialect(body: dict[str, Any],
+                      kind: Literal["openai", "anthropic"] = "openai") -> str:
+    """The thinking dialect a request names by the fields it sends; ``none`` when it names
+    none (the upstream's own default is then unknown from the request alone)."""
+    if kind == "anthropic":
+        return "anthropic"
+    if "thinking" in body:
+        return "deepseek"
+    if "chat_template_kwargs" in body:
+        return "vllm"
+    if "think" in body:
+        return "ollama"
+    if "reasoning_effort" in body or "reasoning" in body:
+        return "openai"
+    return "none"
+
+
+def dialect_of_upstream(host: str, owned_by: str = "") -> str:
+    """The thinking dialect of an upstream judged from its host name and the ``owned_by``
+    its ``GET /v1/models`` reports (vLLM says ``vllm``, SGLang ``sglang``, llama.cpp
+    ``llamacpp``, Ollama ``library``, DeepSeek ``deepseek``, OpenAI ``system`` or
+    ``openai``); ``none`` when neither tells."""
+    owner = owned_by.strip().lower()
+    if owner in ("vllm", "sglang", "llamacpp", "llama.cpp"):
+        return "vllm"  # chat_template_kwargs: enable_thinking
+    if owner == "deepseek":
+        return "deepseek"
+    if owner in ("ollama", "library"):
+        return "ollama"
+    if owner in ("openai", "system", "openai-internal"):
+        return "openai"
+    name = host.lower().rsplit(":", 1)
+    domain = name[0]
+    if domain.endswith("deepseek.com"):
+        return "deepseek"
+    if domain.endswith("anthropic.com"):
+        return "anthropic"
+    if domain.endswith("openai.com"):
+        return "openai"
+    if len(name) == 2 and name[1] == "11434":
+        return "ollama"
+    return "none"
+
+
 def thinking_off(body: dict[str, Any], kind: Literal["openai", "anthropic"] = "openai",
                  dialect: str = "auto", effort: str = "low") -> dict[str, Any]:
     """The request with thinking disabled in the upstream's dialect.
@@ -21,20 +65,7 @@ def thinking_off(body: dict[str, Any], kind: Literal["openai", "anthropic"] = "o
     (OpenAI); a request that names none is left to the model's default.
     """
     body = copy.deepcopy(body)
-    chosen = dialect
-    if dialect == "auto":
-        if kind == "anthropic":
-            chosen = "anthropic"
-        elif "thinking" in body:
-            chosen = "deepseek"
-        elif "chat_template_kwargs" in body:
-            chosen = "vllm"
-        elif "think" in body:
-            chosen = "ollama"
-        elif "reasoning_effort" in body or "reasoning" in body:
-            chosen = "openai"
-        else:
-            chosen = "none"
+    chosen = requested_dialect(body, kind) if dialect == "auto" else dialect
     if chosen in ("deepseek", "anthropic"):
         body["thinking"] = {"type": "disabled"}
         body.pop("reasoning_effort", None)

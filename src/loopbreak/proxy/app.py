@@ -37,6 +37,7 @@ from loopbreak._history import (
     with_note,
     without_unsigned_thinking,
 )
+from loopbreak._requests import dialect_of_upstream, requested_dialect
 from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
 from loopbreak.proxy.logs import event as log_event
 from loopbreak.proxy.logs import log as proxy_log
@@ -226,6 +227,7 @@ class ProxyApp:
         self.metrics = Metrics()
         self._session: Any = None
         self._watcher: asyncio.Future[None] | None = None
+        self._dialects: dict[str, str] = {}
 
     # --- ASGI --------------------------------------------------------------------------
 
@@ -364,13 +366,52 @@ class ProxyApp:
                 return
         url = upstream_url(self.upstream, scope["path"], scope.get("query_string", b"").decode())
         opener = self._opener(url, headers, config)
+        model = str(body.get("model") or "")
+
+        def asker() -> Awaitable[str]:
+            return self.upstream_dialect(headers, model)
+
         if body.get("stream"):
             await self._stream(send, receive, kind, forwarded, view, config, opener,
                                model=str(body.get("model") or ""),
-                               session=session_id(session_key(headers, body)))
+                               session=session_id(session_key(headers, body)),
+                               ask_dialect=asker)
         else:
             await self._whole(send, kind, forwarded, view, config, opener,
-                              session=session_id(session_key(headers, body)))
+                              session=session_id(session_key(headers, body)),
+                              ask_dialect=asker)
+
+    async def upstream_dialect(self, headers: dict[str, str], model: str) -> str:
+        """How the upstream turns thinking off, for a request that names no thinking field:
+        from what its ``GET /v1/models`` says owns ``model`` (asked once per model, with the
+        client's own credentials), else from its host name; ``none`` when neither tells."""
+        if model in self._dialects:
+            return self._dialects[model]
+        import aiohttp
+
+        owned_by = ""
+        headers = {k: v for k, v in headers.items()
+                   if k not in ("content-type", "accept-encoding", "accept")}
+        try:
+            session = await self._client_session()
+            async with session.get(upstream_url(self.upstream, "/v1/models"),
+                                   headers={**headers, "accept-encoding": "identity"},
+                                   timeout=aiohttp.ClientTimeout(total=3)) as response:
+                if response.status == 200:
+                    listing = json.loads(await response.content.read(1 << 20))
+                    entries = [e for e in listing.get("data") or [] if isinstance(e, dict)]
+                    entry = next((e for e in entries if e.get("id") == model),
+                                 entries[0] if entries else {})
+                    owned_by = str(entry.get("owned_by") or "")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+            pass  # the host name is all there is to go on
+        dialect = dialect_of_upstream(urlsplit(self.upstream).netloc, owned_by)
+        if len(self._dialects) >= 256:
+            self._dialects.clear()
+        self._dialects[model] = dialect
+        log_event("upstream-dialect", logging.INFO, model=model, owned_by=owned_by,
+                  dialect=dialect)
+        return dialect
 
     def _opener(self, url: str, headers: dict[str, str], config: Config
                 ) -> Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]:
@@ -416,7 +457,8 @@ class ProxyApp:
         return open_upstream
 
     async def _stream(self, send: Send, receive: Receive, kind: Kind, body: dict[str, Any],
-                      view: Any, config: Config, opener: Any, *, model: str, session: str) -> None:
+                      view: Any, config: Config, opener: Any, *, model: str, session: str,
+                      ask_dialect: Callable[[], Awaitable[str]]) -> None:
         client = _Client(send)
 
         def on_trip(trip: Trip, recovery: str) -> None:
@@ -429,7 +471,7 @@ class ProxyApp:
 
         call = GuardedCall(kind, body, view, config, opener, client,
                            dialect=config.proxy.dialect, effort=config.proxy.retry_effort,
-                           on_trip=on_trip)
+                           on_trip=on_trip, upstream_dialect=ask_dialect)
         self.metrics.add("loopbreak_streams_active", 1)
         relay = asyncio.ensure_future(call.run())
         watcher = asyncio.ensure_future(_disconnected(receive))
@@ -454,7 +496,8 @@ class ProxyApp:
             self.metrics.add("loopbreak_streams_active", -1)
 
     async def _whole(self, send: Send, kind: Kind, body: dict[str, Any], view: Any,
-                     config: Config, opener: Any, *, session: str) -> None:
+                     config: Config, opener: Any, *, session: str,
+                     ask_dialect: Callable[[], Awaitable[str]]) -> None:
         """A non-streaming request: nothing can be saved any more, but a reasoning-only answer
         that looped is asked again without thinking, once per turn."""
         limit = config.proxy.max_response_bytes
@@ -483,11 +526,20 @@ class ProxyApp:
                     and view.cuts_this_turn < config.recovery.retries_per_turn:
                 notice = render("cut.reasoning", view.session.language,
                                 chars=f"{trip[0].offset:,}", rule=trip[0].rule)
-                retry = with_note(thinking_off(body, kind, config.proxy.dialect,
-                                               config.proxy.retry_effort), kind, notice)
+                dialect = config.proxy.dialect
+                named = requested_dialect(body, kind)
+                if dialect == "auto" and named == "none":
+                    dialect = await ask_dialect()
+                retry = with_note(thinking_off(body, kind, dialect, config.proxy.retry_effort),
+                                  kind, notice)
+                plain = with_note(body, kind, notice)
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
                 try:
                     second = await opener(retry)
+                    if second.status == 400 and retry != plain and named == "none":
+                        # The upstream rejects the field the retry added: once without it.
+                        second.close()
+                        second = await opener(plain)
                     try:
                         answer = await second.read(limit)
                     finally:

@@ -31,6 +31,7 @@ from loopbreak._history import (
     with_denial,
     with_note,
 )
+from loopbreak._requests import requested_dialect
 from loopbreak.proxy.dialect import (
     AnthropicStream,
     BrokenStream,
@@ -94,6 +95,8 @@ class Outcome:
     denials: int = 0
     cut_chars: int = 0
     upstream_error: str | None = None
+    field_rejected: bool = False
+    """The upstream answered 400 to the thinking field a retry added; it was sent without."""
 
 
 class _Broken(Exception):
@@ -107,7 +110,8 @@ class GuardedCall:
 
     def __init__(self, kind: Kind, body: dict[str, Any], view: HistoryView, config: Config,
                  opener: Opener, client: ClientSink, *, dialect: str = "auto",
-                 effort: str = "low", on_trip: Callable[[Trip, str], None] | None = None) -> None:
+                 effort: str = "low", on_trip: Callable[[Trip, str], None] | None = None,
+                 upstream_dialect: Callable[[], Awaitable[str]] | None = None) -> None:
         self.kind = kind
         self.body = body
         self.view = view
@@ -117,6 +121,7 @@ class GuardedCall:
         self.dialect = dialect
         self.effort = effort
         self.on_trip = on_trip
+        self.upstream_dialect = upstream_dialect
         self.stream: Stream = OpenAIStream() if kind == "openai" else AnthropicStream()
         self.outcome = Outcome()
         self._content_sent = False
@@ -132,12 +137,21 @@ class GuardedCall:
         continuing = False  # relaying a second answer into the stream already open
         reasked = False
         broken_left = self.config.recovery.max_request_retries
+        # A retry that named a thinking field the request did not: sent without it if the
+        # upstream rejects the field (a 400).
+        without_field: dict[str, Any] | None = None
         while True:
             try:
                 response = await self.opener(request)
             except UpstreamError as exc:
                 await self._fail(exc.status, str(exc))
                 return self.outcome
+            if response.status == 400 and without_field is not None:
+                response.close()
+                request, without_field = without_field, None
+                self.outcome.field_rejected = True
+                continue
+            without_field = None
             if response.status != 200:
                 await self._pass_error(response)
                 return self.outcome
@@ -161,8 +175,16 @@ class GuardedCall:
                 return self.outcome
             kind, payload = action
             if kind == "retry":
-                request = with_note(thinking_off(self.body, self.kind, self.dialect, self.effort),
+                dialect = self.dialect
+                if dialect == "auto" and requested_dialect(self.body, self.kind) == "none" \
+                        and self.upstream_dialect is not None:
+                    # The request names no thinking field: ask what the upstream speaks.
+                    dialect = await self.upstream_dialect()
+                request = with_note(thinking_off(self.body, self.kind, dialect, self.effort),
                                     self.kind, payload)
+                plain = with_note(self.body, self.kind, payload)
+                if request != plain and requested_dialect(self.body, self.kind) == "none":
+                    without_field = plain
             else:  # "reask": the model's tool call was denied
                 if reasked:
                     await self.client.write(self.stream.text(payload) + self.stream.finish(

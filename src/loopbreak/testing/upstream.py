@@ -333,6 +333,7 @@ class ScriptedUpstream:
         port: int = 0,
         max_body_bytes: int = DEFAULT_MAX_BODY,
         models: Iterable[str] = ("scripted-model",),
+        owned_by: str = "loopbreak",
     ) -> None:
         if max_body_bytes < 0:
             raise ValueError(f"'max_body_bytes' must be >= 0: {max_body_bytes!r}")
@@ -340,6 +341,7 @@ class ScriptedUpstream:
         self._port = port
         self.max_body_bytes = max_body_bytes
         self.models = tuple(models)
+        self.owned_by = owned_by
         self.choose = choose
         self.default = default
         self._queue: collections.deque[Script] = collections.deque(scripts)
@@ -743,7 +745,8 @@ class ScriptedUpstream:
             last = self.models[-1] if self.models else None
             return {"data": data, "has_more": False, "first_id": first, "last_id": last}
         data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "loopbreak"} for m in self.models
+            {"id": m, "object": "model", "created": 0, "owned_by": self.owned_by}
+            for m in self.models
         ]
         return {"object": "list", "data": data}
 
