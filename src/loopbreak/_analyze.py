@@ -141,27 +141,43 @@ def _excerpt(text: str, at: int) -> tuple[str, str]:
 
 def replay_call(call: RecordedCall, guard: CallGuard) -> tuple[Trip | None, int]:
     """Feed a recorded call to ``guard`` in stream order; return its first trip and the
-    position (characters of the whole call, every channel, up to and including the
-    delta at which the cut would have happened)."""
+    position where its rule fired, in characters of the whole call (every channel): what a
+    streaming cut would have kept. A log that recorded a whole message as one piece still
+    saves from there, not from the end of the piece."""
     position = 0
+    # Per delta of a judged channel: (channel, its characters before, the call's before).
+    starts: list[tuple[str, int, int]] = []
+    channel_chars: dict[str, int] = {}
     cut: Trip | None = None
-    cut_position = 0
     for delta in call.deltas:
-        position += len(delta.text)
         if delta.channel == "tool":
             guard.tool_call_delta(delta.key, delta.name, delta.text)
             trip = None
         else:
+            before = channel_chars.get(delta.channel, 0)
+            starts.append((delta.channel, before, position))
+            channel_chars[delta.channel] = before + len(delta.text)
             # Open tool blocks end when the model goes back to thinking or writing.
             trip = guard.close_tool_call() if guard.tool_call_open else None
             trip = guard.feed(delta.channel, delta.text) or trip
+        position += len(delta.text)
         if trip is not None and cut is None:
-            cut, cut_position = trip, position
+            cut = trip
     trip = guard.flush()
     trip = guard.close_tool_call() or trip
     if trip is not None and cut is None:
-        cut, cut_position = trip, position
-    return cut, cut_position
+        cut = trip
+    if cut is None:
+        return None, 0
+    return cut, _call_position(cut, starts)
+
+
+def _call_position(trip: Trip, starts: list[tuple[str, int, int]]) -> int:
+    """Where channel character ``trip.at`` lies in the whole call."""
+    for channel, before, position in reversed(starts):
+        if channel == trip.channel and before < trip.at:
+            return position + trip.at - before
+    return trip.at
 
 
 def _call_report(call: RecordedCall, guard: CallGuard) -> CallReport:

@@ -43,7 +43,21 @@ def test_real_bleeds_in_a_session_log_are_cut_where_scan_cuts_them(
         trip = loopbreak.scan(pieces)
         assert trip is not None and call.cut is not None
         assert (call.cut.rule, call.cut.offset, call.cut.at) == (trip.rule, trip.offset, trip.at)
-        assert call.saved_chars == len(text) - trip.offset
+        assert call.saved_chars == len(text) - trip.at
+
+
+def test_a_whole_message_in_one_piece_saves_from_where_the_rule_fired(tmp_path: Path) -> None:
+    """A non-streamed log keeps a message as one piece: the cut is where the rule fired,
+    not the end of the piece (which would save nothing)."""
+    text = verbatim_loop().text[:7400]
+    log = dsh_fixtures.reasoning_log(text, [text], session="whole")
+    path = dsh_fixtures.write_zstd(tmp_path / "whole.session.jsonl.zstd", log)
+    (report,) = analyze_events(read_path(path), str(path))
+    (call,) = report.calls
+    trip = loopbreak.scan(text, delta_chars=1)
+    assert trip is not None and call.cut is not None and call.cut.at == trip.at
+    assert call.cut.position == trip.at < 1500
+    assert call.saved_chars == len(text) - trip.at > 5000
 
 
 def _session_events() -> list[object]:
@@ -113,3 +127,43 @@ def test_cli_missing_path_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["analyze", "/nonexistent/sessions"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "loopbreak: error: /nonexistent/sessions: no such file or directory"
+
+
+def test_a_scan_file_with_a_long_first_line_is_read(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Its first row (100 kB of looping reasoning) once left the file read as nothing."""
+    path = tmp_path / "streams.jsonl"
+    loop = (verbatim_loop().text * 8)[:100_000]
+    path.write_text(json.dumps({"id": "long", "text": loop}) + "\n"
+                    + json.dumps({"id": "short", "text": clean_reasoning().text}) + "\n",
+                    encoding="utf-8")
+    assert main(["analyze", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["calls"] == 2 and summary["cut_calls"] == 1
+
+
+@pytest.mark.parametrize(("head", "kind"), [
+    (b'{"type": "session", "version": 3, "id": "', "dsh"),
+    (b'{"id": "row-1", "channel": "reasoning", "text": "', "scan-jsonl"),
+    (b'{"pieces": ["', "scan-jsonl"),
+    (b'{"object": "chat.completion", "choices": [', "chat-log"),
+])
+def test_a_first_line_longer_than_any_read_is_judged_by_its_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: bytes, kind: str) -> None:
+    import loopbreak.transcripts as transcripts
+
+    monkeypatch.setattr(transcripts, "_FIRST_LINE_LIMIT", 4096)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(head + b"x" * 10_000 + b'"}\n')
+    assert transcripts.sniff(path) == kind
+
+
+def test_the_table_says_why_rows_were_not_read(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(b"{oops\n{\"type\": \"mystery\"}\n{\"type\": \"mystery\"}\n")
+    assert main(["analyze", str(path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("not read:")]
+    assert line.startswith("not read: capture.jsonl: 1 invalid row (first: line 1: invalid JSON")
+    assert line.endswith("; 2 rows of unknown type 'mystery'")

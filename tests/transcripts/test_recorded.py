@@ -152,7 +152,8 @@ def test_analyzer_cuts_the_looping_call_where_scan_cuts_its_deltas(name: str) ->
     assert (result.cut.rule, result.cut.channel, result.cut.offset, result.cut.at) == (
         trip.rule, "reasoning", trip.offset, trip.at)
     assert 0 < result.cut.offset < call.chars("reasoning")
-    assert result.saved_chars == call.chars("reasoning") + call.chars("text") - result.cut.offset
+    # Saved from where the rule fired (the reasoning comes first in the call).
+    assert result.saved_chars == call.chars("reasoning") + call.chars("text") - result.cut.at
     # The other calls of the session are left alone.
     assert [r for r in report.calls if r.cut is not None] == [result]
 

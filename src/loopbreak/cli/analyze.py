@@ -120,6 +120,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unread(read: dict[str, Any]) -> str:
+    """What of a file could not be read, and why, in a few words ("" when all was)."""
+    parts = []
+    bad = int(read.get("bad_rows") or 0)
+    if bad:
+        first = read.get("first_error")
+        parts.append(f"{bad} invalid row{'s' if bad != 1 else ''}"
+                     + (f" (first: {first})" if first else ""))
+    for kind, count in sorted(dict(read.get("unknown_rows") or {}).items()):
+        parts.append(f"{count} row{'s' if count != 1 else ''} of unknown type {kind!r}")
+    lost = int(read.get("lost_bytes") or 0)
+    if lost:
+        parts.append(f"{lost:,} bytes in torn compressed frames")
+    return "; ".join(parts)
+
+
 def _print(reports: list[SessionReport], errors: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -128,20 +144,24 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
     if not console.is_terminal:
         console = Console(width=max(console.width, 132))
     sessions = Table(title="sessions", title_justify="left")
+    not_read: list[str] = []
     for name in ("session", "calls", "cut", "rules", "saved chars", "≈ tokens", "stalls",
                  "tool steer/deny", "unread"):
         sessions.add_column(name, justify="left" if name in ("session", "rules") else "right")
     for r in reports:
         t = r.totals()
-        unread = r.read.get("bad_rows", 0) + sum(r.read.get("unknown_rows", {}).values())
-        lost = r.read.get("lost_bytes", 0)
+        unread = _unread(r.read)
+        if unread:
+            not_read.append(f"{Path(r.path).name}: {unread}")
         sessions.add_row(
             f"{Path(r.path).name}\n[dim]{r.session}[/]", str(t["calls"]), str(t["cut_calls"]),
             ", ".join(f"{k} ×{v}" for k, v in t["rules"].items()) or "-",
             f"{t['saved_chars']:,}", f"{t['saved_tokens']:,}", str(len(r.stalls)),
             f"{t['tool_steers']}/{t['tool_denials']}",
-            f"{unread} rows" + (f", {lost:,} B lost" if lost else "") if unread or lost else "-")
+            "see below" if unread else "-")
     console.print(sessions)
+    for line in not_read:
+        console.print(f"[yellow]not read:[/] {line}", highlight=False, soft_wrap=True)
     cuts = [(r, c) for r in reports for c in r.calls if c.cut]
     if cuts:
         table = Table(title="calls that would have been cut", title_justify="left")
@@ -152,7 +172,7 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
         for r, c in cuts:
             assert c.cut is not None
             table.add_row(r.session[:28], str(c.turn), str(c.step), c.cut.channel, c.cut.rule,
-                          f"{c.cut.offset:,}", f"{c.chars:,}", f"{c.saved_chars:,}",
+                          f"{c.cut.at:,}", f"{c.chars:,}", f"{c.saved_chars:,}",
                           f"{c.saved_tokens:,}")
         console.print(table)
     actions = [(r, a) for r in reports for a in r.tool_actions]

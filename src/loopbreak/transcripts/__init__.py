@@ -10,6 +10,7 @@ recursively).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -56,6 +57,20 @@ def _is_dsh_name(path: Path) -> bool:
         "session" in name and name.endswith(".jsonl"))
 
 
+_FIRST_LINE_LIMIT = 16 << 20
+_SESSION_HEAD = re.compile(rb'^\{\s*"type"\s*:\s*"session"')
+_SCAN_KEY = re.compile(rb'^\{\s*(?:"[a-z_]+"\s*:\s*(?:"(?:[^"\\]|\\.)*"|[-\w.]+)\s*,\s*)*'
+                       rb'"(?:text|pieces)"\s*:')
+
+
+def _sniff_prefix(head: bytes, path: Path) -> str:
+    if _SESSION_HEAD.match(head):
+        return "dsh"
+    if _SCAN_KEY.match(head):
+        return "scan-jsonl"
+    return "dsh" if _is_dsh_name(path) else "chat-log"
+
+
 def sniff(path: Path) -> str:
     """The format of a file: ``dsh``, ``chat-log``, ``scan-jsonl`` or ``text``."""
     name = path.name
@@ -67,12 +82,17 @@ def sniff(path: Path) -> str:
         return "text"
     try:
         with path.open("rb") as handle:
-            head = handle.read(65536)
+            # The whole first line: one scan row or chat record can hold megabytes of text.
+            first = handle.readline(_FIRST_LINE_LIMIT)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    first = head.split(b"\n", 1)[0].strip()
+    whole = first.endswith(b"\n") or len(first) < _FIRST_LINE_LIMIT
+    first = first.strip()
     if first.startswith(b"data:"):
         return "chat-log"
+    if not whole:
+        # Longer still: judged by how it starts, as a JSON object's first keys show.
+        return _sniff_prefix(first, path)
     try:
         obj = json.loads(first.decode("utf-8", "replace")) if first else None
     except ValueError:
