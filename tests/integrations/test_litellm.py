@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import secrets
 import shlex
@@ -504,16 +505,61 @@ def test_pre_call_judgement_reaches_the_stream_of_the_same_call() -> None:
     # judged on the history as the client sent it (so the repeated call is denied), and the
     # judgements it keeps for calls that never stream stay bounded.
     hook = LoopbreakGuard(Config(), reissue=lambda kwargs: _no_reissue())
-    data = {"model": "m", "messages": failing_tool_history(3), "litellm_call_id": "call-1"}
+    data = {"model": "m", "messages": failing_tool_history(3), "litellm_call_id": "call-1",
+            "stream": True}
     data = asyncio.run(hook.async_pre_call_hook(None, None, data, "completion"))
     assert data["messages"] != failing_tool_history(3)
     out = _through(hook, _Upstream(_calling("read", '{"path": "conf.toml"}', "call_r")), data)
     assert _tool_names(out) == [] and _content(out).startswith("[loopbreak] This call to")
-    for i in range(5000):
-        asyncio.run(hook.async_pre_call_hook(None, None, {
-            "messages": [{"role": "user", "content": "hi"}], "litellm_call_id": f"x{i}"},
-            "completion"))
-    assert 0 < len(hook._views) <= 4096
+
+    async def many(count: int, stream: bool) -> None:
+        for i in range(count):
+            await hook.async_pre_call_hook(None, None, {
+                "messages": [{"role": "user", "content": "hi"}], "litellm_call_id": f"x{i}",
+                "stream": stream}, "completion")
+
+    asyncio.run(many(5000, stream=False))
+    assert len(hook._views) == 0  # a call that is not streamed never asks for its judgement
+    asyncio.run(many(5000, stream=True))
+    assert len(hook._views) == 1024
+
+
+def test_kept_judgements_hold_no_gram_sets_and_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view kept for a stream once held the stall rule's 4-gram set of the last call:
+    megabytes each with real reasoning, thousands of them."""
+    import tracemalloc
+
+    import loopbreak.integrations.litellm as module
+
+    rng = random.Random(7)
+    words = ["split", "token", "stage", "queue", "retry", "cache", "shard", "batch", "merge"]
+
+    def history() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"role": "user", "content": "Plan the pipeline."}]
+        for _ in range(3):
+            thought = " ".join(f"{rng.choice(words)}{rng.randrange(10**6)}" for _ in range(25_000))
+            out.append({"role": "assistant", "content": "", "reasoning_content": thought})
+        return out
+
+    hook = LoopbreakGuard(Config())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(4):
+            data = {"model": "m", "messages": history(), "litellm_call_id": f"big{i}",
+                    "stream": True}
+            asyncio.run(hook.async_pre_call_hook(None, None, data, "completion"))
+            del data
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(hook._views) == 4 and kept < 2 << 20, f"{kept:,} bytes kept for 4 views"
+    clock = [time.monotonic() + 601]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    asyncio.run(hook.async_pre_call_hook(None, None, {
+        "model": "m", "messages": [{"role": "user", "content": "hi"}],
+        "litellm_call_id": "late", "stream": True}, "completion"))
+    assert list(hook._views) == ["late"]
 
 
 async def _no_reissue() -> Any:

@@ -88,6 +88,11 @@ class SessionGuard:
         self._post_trip_hint = False
         self._tools.start_turn()
 
+    def forget_grams(self) -> None:
+        """Drop what only the stall rule's restatement test keeps between calls (the last
+        call's 4-gram set): for a guard held on to just to judge tools and retries."""
+        self._stall.forget_grams()
+
     def start_call(self) -> CallGuard:
         """A new model call in this turn; feed the returned guard its deltas."""
         self.count_call()

@@ -64,6 +64,11 @@ class StallRule:
     def run(self) -> int:
         return self._run
 
+    def forget_grams(self) -> None:
+        """Drop the last call's 4-gram set (up to megabytes for a long reasoning): the next
+        call is then judged for restatement against nothing, as a first one would be."""
+        self._previous = None
+
     def judge(self, call: CallSummary, language: Language = "en") -> StallVerdict:
         """Judge a finished call; the verdict carries a reaction when the rule fires."""
         cfg = self._config

@@ -49,6 +49,7 @@ import inspect
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -147,8 +148,10 @@ async def _close(response: Any) -> None:
 # asked for usage (then ``_litellm_strip_stream_usage`` is false).
 _NOT_FORWARDED = frozenset({"litellm_logging_obj", "litellm_call_id", "deployment",
                             "secret_fields", "stream_options"})
-# How many pre-call judgements wait for the stream of their call.
-_VIEWS_KEPT = 4096
+# How many pre-call judgements wait for the stream of their call, and for how long: a stream
+# starts right after its pre-call hook, so one not started by then never will.
+_VIEWS_KEPT = 1024
+_VIEW_SECONDS = 600.0
 # The call types of LiteLLM's chat routes; other routes carry no chat history to judge.
 _CHAT_CALLS = frozenset({"completion", "acompletion"})
 # Where a request says how the model thinks; OpenAI-compatible servers read them from the body.
@@ -260,9 +263,11 @@ class LoopbreakGuard(CustomLogger):
         self._reissue = reissue or _reissue
         self.trips: collections.deque[Trip] = collections.deque(maxlen=keep_trips)
         # The history as the client sent it, judged before the pre-call hook put guidance
-        # into it, by LiteLLM's call id, for the stream of the same call (bounded: a call
-        # that never streams leaves its entry to be pushed out).
-        self._views: collections.OrderedDict[str, HistoryView] = collections.OrderedDict()
+        # into it, by LiteLLM's call id, for the stream of the same call: kept for streamed
+        # calls only, without the stall rule's gram set, at most _VIEWS_KEPT of them for at
+        # most _VIEW_SECONDS (with the time each was kept).
+        self._views: collections.OrderedDict[str, tuple[float, HistoryView]] = \
+            collections.OrderedDict()
 
     @property
     def config(self) -> Config:
@@ -295,10 +300,8 @@ class LoopbreakGuard(CustomLogger):
         config = self.config
         view = replay({"messages": messages}, "openai", config)
         call_id = data.get("litellm_call_id")
-        if isinstance(call_id, str):
-            self._views[call_id] = view
-            while len(self._views) > _VIEWS_KEPT:
-                self._views.popitem(last=False)
+        if isinstance(call_id, str) and data.get("stream") is True:
+            self._keep_view(call_id, view)
         messages = with_guidance({"messages": messages}, view)["messages"]
         reaction = view.reaction
         if reaction is not None:
@@ -440,13 +443,25 @@ class LoopbreakGuard(CustomLogger):
         """The request's history replayed: the pre-call hook's judgement of the history as
         the client sent it, else the history as it is here."""
         call_id = request_data.get("litellm_call_id")
-        view = self._views.pop(call_id, None) if isinstance(call_id, str) else None
-        if view is not None:
-            return view
+        kept = self._views.pop(call_id, None) if isinstance(call_id, str) else None
+        if kept is not None:
+            return kept[1]
         messages = request_data.get("messages")
         if not isinstance(messages, list):
             return None
         return replay({"messages": messages}, "openai", self.config)
+
+    def _keep_view(self, call_id: str, view: HistoryView) -> None:
+        # The stream needs the tool breaker, the turn's cuts and the language, not the
+        # stall rule's memory of the last call (megabytes with a long reasoning).
+        view.session.forget_grams()
+        now = time.monotonic()
+        views = self._views
+        views[call_id] = (now, view)
+        views.move_to_end(call_id)
+        while views and (len(views) > _VIEWS_KEPT
+                         or now - next(iter(views.values()))[0] > _VIEW_SECONDS):
+            views.popitem(last=False)
 
     @staticmethod
     def _call_id(key: Any, ids: Mapping[Any, str]) -> str:
