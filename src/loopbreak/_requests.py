@@ -7,6 +7,7 @@ shared by the proxy and the in-process integrations (no HTTP here).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any, Literal
 
 DIALECTS = ("auto", "deepseek", "anthropic", "vllm", "ollama", "openai", "none")
@@ -82,3 +83,17 @@ def thinking_off(body: dict[str, Any], kind: Literal["openai", "anthropic"] = "o
         else:
             body["reasoning_effort"] = effort
     return body
+
+
+def conversation_sample(messages: Any, limit: int = 4000) -> str:
+    """The text of a request's messages, the latest last, at most ``limit`` characters: what
+    a notice's language is read from when the language is ``auto``."""
+    parts: list[str] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(part["text"] for part in content
+                         if isinstance(part, Mapping) and isinstance(part.get("text"), str))
+    return "\n".join(parts)[-limit:]

@@ -7,7 +7,7 @@ import asyncio
 import openai
 import pytest
 
-from loopbreak._samples import clean_reasoning, verbatim_loop
+from loopbreak._samples import cjk_loop, clean_reasoning, verbatim_loop
 from loopbreak.integrations.openai import (
     aguard_stream,
     create_guarded,
@@ -108,3 +108,50 @@ def test_the_readme_example_runs(upstream: ScriptedUpstream,
     assert "cut: cycle at" in printed and "[loopbreak] Your reasoning was cut" in printed
     assert printed.rstrip().endswith("Because nothing counts the attempts.")
     assert upstream.requests[2].body["thinking"] == {"type": "disabled"}
+
+
+ZH_MESSAGES = [{"role": "user", "content": "请修复上传重试的逻辑，并说明原因。"}]
+
+
+def test_the_notice_follows_the_conversations_language(upstream: ScriptedUpstream) -> None:
+    """The wrapper's ``auto`` language once always came out English."""
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16),
+                     Script.openai(reasoning=cjk_loop().text, piece_chars=8))
+    client = _client(upstream)
+    by_messages = guard_stream(client.chat.completions.create(
+        model="m", messages=ZH_MESSAGES, stream=True), messages=ZH_MESSAGES)
+    list(by_messages)
+    assert by_messages.notice is not None and "你的思考在" in by_messages.notice
+    by_writing = guard_stream(client.chat.completions.create(
+        model="m", messages=MESSAGES, stream=True))
+    list(by_writing)
+    assert by_writing.notice is not None and "你的思考在" in by_writing.notice
+
+
+def test_create_guarded_tells_the_model_in_its_language(upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(Script.openai(reasoning=LOOP, piece_chars=16), Script.openai(text="好的。"))
+    chunks = list(create_guarded(_client(upstream), model="m", messages=ZH_MESSAGES))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("[loopbreak] 你的思考在") and text.endswith("好的。")
+    assert upstream.wait_for_requests(2)[1].body["messages"][-1]["content"].startswith(
+        "[loopbreak] 你的思考在")
+
+
+def test_an_async_reader_that_stops_early_closes_the_upstream(upstream: ScriptedUpstream) -> None:
+    endless = Script.openai(text="a fine sentence that goes on ", piece_chars=5).repeated(0) \
+        .delivered(delay=0.002)
+    upstream.enqueue(endless)
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(base_url=upstream.base_url, api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        guarded = aguard_stream(stream)
+        reader = guarded.__aiter__()
+        for _ in range(5):
+            await reader.__anext__()
+        await reader.aclose()  # what `break` leads to once the generator is dropped
+        record = upstream.wait_for_requests(1)[0]
+        assert await record.wait_async(2) and record.outcome == "client-disconnected"
+        await client.close()
+
+    asyncio.run(main())

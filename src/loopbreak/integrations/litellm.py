@@ -62,7 +62,7 @@ from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import render, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._history import HistoryView, replay, with_denial, with_guidance, with_note
-from loopbreak._requests import thinking_off
+from loopbreak._requests import conversation_sample, thinking_off
 from loopbreak.integrations._deltas import feed_openai_chunk, field
 
 __all__ = ["SETTINGS_KEY", "LoopbreakGuard", "denial_request", "guard", "retry_request"]
@@ -75,15 +75,7 @@ log = logging.getLogger("loopbreak.litellm")
 
 def _conversation_sample(request_data: Mapping[str, Any]) -> str:
     """The text of the request's messages (the latest last), for the notice's language."""
-    parts: list[str] = []
-    for message in request_data.get("messages") or []:
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(part["text"] for part in content
-                         if isinstance(part, Mapping) and isinstance(part.get("text"), str))
-    return "\n".join(parts)[-4000:]
+    return conversation_sample(request_data.get("messages"))
 
 
 def _carries_tool_calls(chunk: Any) -> bool:

@@ -24,7 +24,7 @@ from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import render, resolve_language
 from loopbreak._engine.trip import Trip
-from loopbreak._requests import thinking_off
+from loopbreak._requests import conversation_sample, thinking_off
 from loopbreak.integrations._deltas import feed_openai_chunk
 
 # Parameters the SDK takes by name; everything else a dialect needs goes in extra_body.
@@ -70,17 +70,22 @@ def _chunk(template: Any, text: str | None = None, finish: str | None = "stop") 
 class _Guarded:
     """What the sync and async wrappers share: judging chunks."""
 
-    def __init__(self, config: Config | None, language: str) -> None:
+    def __init__(self, config: Config | None, language: str, sample: str = "") -> None:
         self.config = config or Config()
         self.guard = CallGuard(self.config)
         self.trip: Trip | None = None
         self.language = language
-        self._sample = ""
+        # What the notice's language is read from: the conversation when the caller has
+        # it, else what the model wrote before the cut.
+        self._sample = sample
+        self._sample_writing = not sample
 
     def judge(self, chunk: Any) -> Trip | None:
         trip = feed_openai_chunk(self.guard, chunk)
         if trip is not None:
             self.trip = trip
+        elif self._sample_writing and len(self._sample) < _SAMPLE_CHARS:
+            self._sample += _written(chunk)
         return trip
 
     @property
@@ -97,8 +102,8 @@ class GuardedStream(_Guarded):
     """A sync SDK stream, judged chunk by chunk."""
 
     def __init__(self, stream: Any, config: Config | None = None, *, language: str = "auto",
-                 show_notice: bool = False) -> None:
-        super().__init__(config, language)
+                 show_notice: bool = False, sample: str = "") -> None:
+        super().__init__(config, language, sample)
         self._stream = stream
         self._show_notice = show_notice
 
@@ -122,33 +127,58 @@ class AsyncGuardedStream(_Guarded):
     """An async SDK stream, judged chunk by chunk."""
 
     def __init__(self, stream: Any, config: Config | None = None, *, language: str = "auto",
-                 show_notice: bool = False) -> None:
-        super().__init__(config, language)
+                 show_notice: bool = False, sample: str = "") -> None:
+        super().__init__(config, language, sample)
         self._stream = stream
         self._show_notice = show_notice
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        async for chunk in self._stream:
-            if self.judge(chunk) is not None:
-                await self._stream.close()
-                yield _chunk(chunk, self.notice if self._show_notice else None)
-                return
-            yield chunk
+        try:
+            async for chunk in self._stream:
+                if self.judge(chunk) is not None:
+                    await self._stream.close()
+                    yield _chunk(chunk, self.notice if self._show_notice else None)
+                    return
+                yield chunk
+        finally:
+            # A reader that stops early must not leave the connection generating.
+            await self._stream.close()
 
     async def close(self) -> None:
         await self._stream.close()
 
 
-def guard_stream(stream: Any, config: Config | None = None, *,
-                 show_notice: bool = False) -> GuardedStream:
-    """Judge a sync ``chat.completions.create(..., stream=True)`` stream as it is read."""
-    return GuardedStream(stream, config, show_notice=show_notice)
+def guard_stream(stream: Any, config: Config | None = None, *, show_notice: bool = False,
+                 messages: Any = None) -> GuardedStream:
+    """Judge a sync ``chat.completions.create(..., stream=True)`` stream as it is read.
+    ``messages`` (the request's) tell the notice's language; without them it is read from
+    what the model wrote."""
+    cfg = config or Config()
+    return GuardedStream(stream, cfg, language=cfg.recovery.language, show_notice=show_notice,
+                         sample=conversation_sample(messages))
 
 
-def aguard_stream(stream: Any, config: Config | None = None, *,
-                  show_notice: bool = False) -> AsyncGuardedStream:
-    """Judge an async ``chat.completions.create(..., stream=True)`` stream as it is read."""
-    return AsyncGuardedStream(stream, config, show_notice=show_notice)
+def aguard_stream(stream: Any, config: Config | None = None, *, show_notice: bool = False,
+                  messages: Any = None) -> AsyncGuardedStream:
+    """Judge an async ``chat.completions.create(..., stream=True)`` stream as it is read;
+    ``messages`` as for :func:`guard_stream`."""
+    cfg = config or Config()
+    return AsyncGuardedStream(stream, cfg, language=cfg.recovery.language,
+                              show_notice=show_notice, sample=conversation_sample(messages))
+
+
+_SAMPLE_CHARS = 4000
+
+
+def _written(chunk: Any) -> str:
+    """The reasoning and text a chunk carries."""
+    choices = getattr(chunk, "choices", None) or []
+    delta = getattr(choices[0], "delta", None) if choices else None
+    if delta is None:
+        return ""
+    parts = (getattr(delta, "content", None), getattr(delta, "reasoning_content", None),
+             getattr(delta, "reasoning", None))
+    return "".join(p for p in parts if isinstance(p, str))
 
 
 class GuardedCompletion:
@@ -163,7 +193,8 @@ class GuardedCompletion:
         self.trips: list[Trip] = []
 
     def __iter__(self) -> Iterator[Any]:
-        stream = guard_stream(self.client.chat.completions.create(**self.kwargs), self.config)
+        stream = guard_stream(self.client.chat.completions.create(**self.kwargs), self.config,
+                              messages=self.kwargs.get("messages"))
         for chunk in stream:
             if stream.trip is None:
                 yield chunk
@@ -182,7 +213,7 @@ class GuardedCompletion:
         messages = [*kwargs.get("messages", []), {"role": "user", "content": notice}]
         second = guard_stream(self.client.chat.completions.create(**{**kwargs,
                                                                      "messages": messages}),
-                              self.config)
+                              self.config, messages=messages)
         for chunk in second:
             yield chunk
         if second.trip is not None:
