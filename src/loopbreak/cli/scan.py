@@ -49,37 +49,17 @@ class _Record:
 
 
 def _parse_line(raw: bytes, where: str, default_channel: str) -> _Record:
+    from loopbreak.transcripts.plain import ScanRowError, parse_scan_row
+
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return _Record(where, error=f"{where}: invalid UTF-8 at byte {exc.start}")
     try:
-        obj = json.loads(line)
-    except ValueError as exc:
-        return _Record(where, error=f"{where}: invalid JSON: {exc}")
-    if not isinstance(obj, dict):
-        return _Record(where, error=f"{where}: a stream must be a JSON object, "
-                                    f"not {type(obj).__name__}")
-    record = _Record(where, id=obj.get("id"))
-    channel = obj.get("channel", default_channel)
-    if channel not in CHANNELS:
-        record.error = f"{where}: unknown channel {channel!r} (use 'reasoning' or 'text')"
-        return record
-    record.channel = channel
-    if "pieces" in obj:
-        pieces = obj["pieces"]
-        if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
-            record.error = f"{where}: 'pieces' must be a list of strings"
-            return record
-        record.stream = pieces
-    elif "text" in obj:
-        if not isinstance(obj["text"], str):
-            record.error = f"{where}: 'text' must be a string, not {type(obj['text']).__name__}"
-            return record
-        record.stream = obj["text"]
-    else:
-        record.error = f"{where}: a stream needs 'text' or 'pieces'"
-    return record
+        row = parse_scan_row(line, default_channel)
+    except ScanRowError as exc:
+        return _Record(where, id=exc.id, error=f"{where}: {exc}")
+    return _Record(where, id=row.id, stream=row.stream, channel=row.channel)
 
 
 def _records(name: str, handle: IO[bytes], default_channel: str) -> Iterator[_Record]:
