@@ -53,3 +53,25 @@ def feed_openai_chunk(guard: CallGuard, chunk: Any) -> Trip | None:
         if field(choice, "finish_reason"):
             trip = guard.close_tool_call() or trip
     return trip
+
+
+def carries_tool_calls(chunk: Any) -> bool:
+    """Whether a chunk carries a piece of a tool call."""
+    for choice in field(chunk, "choices") or []:
+        delta = field(choice, "delta")
+        if delta is not None and field(delta, "tool_calls"):
+            return True
+    return False
+
+
+def written_text(chunk: Any) -> str:
+    """The reasoning and text a chunk carries."""
+    out = []
+    for choice in field(chunk, "choices") or []:
+        delta = field(choice, "delta")
+        if delta is not None:
+            for name in ("content", "reasoning_content", "reasoning"):
+                value = field(delta, name)
+                if isinstance(value, str):
+                    out.append(value)
+    return "".join(out)

@@ -83,7 +83,7 @@ from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import looks_like_failure
 from loopbreak._engine.trip import Channel, Trip
-from loopbreak._errors import LoopbreakError
+from loopbreak._recovery import LoopCutError, normal_finish, plan_cut
 from loopbreak.integrations._deltas import feed_openai_chunk
 from loopbreak.integrations._deltas import field as _field
 from loopbreak.integrations.openai import thinking_off_kwargs
@@ -91,16 +91,6 @@ from loopbreak.integrations.openai import thinking_off_kwargs
 __all__ = ["LoopCutError", "LoopbreakMiddleware"]
 
 logger = logging.getLogger(__name__)
-
-
-class LoopCutError(LoopbreakError):
-    """A model call was cut and ``recovery.on_trip`` is ``error``."""
-
-    def __init__(self, trip: Trip, notice: str) -> None:
-        super().__init__(f"loopbreak cut a looping {trip.channel} stream ({trip.rule}) after "
-                         f"{trip.offset:,} characters")
-        self.trip = trip
-        self.notice = notice
 
 
 class _Cut(BaseException):
@@ -645,10 +635,6 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return _Attempt(request.override(model=_guarded_model(model, watch),
                                          model_settings=settings), watch)
 
-    def _notice(self, entry: _Entry, trip: Trip) -> str:
-        with entry.lock:
-            return entry.session.notice(trip)
-
     def _end(self, entry: _Entry, attempt: _Attempt, result: Any | None
              ) -> tuple[ModelResponse[Any], Trip | None]:
         """The call ended (``result`` is ``None`` when the callback stopped it)."""
@@ -672,7 +658,8 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 metadata = {**message.response_metadata,
                             "loopbreak": {"rule": trip.rule, "channel": trip.channel,
                                           "offset": trip.offset}}
-                metadata.setdefault("finish_reason", "stop")
+                metadata.setdefault("finish_reason", normal_finish(
+                    "openai", bool(getattr(message, "tool_calls", None))))
                 response.result[index] = message.model_copy(
                     update={"response_metadata": metadata})
         return response, trip
@@ -681,24 +668,28 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     response: ModelResponse[Any], trip: Trip, *, may_retry: bool = True
                     ) -> tuple[ModelResponse[Any], ModelRequest[Any] | None]:
         """Recovery: the cut message with the notice, and the retry to make (if any)."""
-        recovery = self.config.recovery
-        notice = self._notice(entry, trip)
-        if recovery.on_trip == "error":
-            raise LoopCutError(trip, notice)
         index = _ai_index(response)
         message = response.result[index] if index >= 0 else AIMessage(content="")
         has_tools = bool(getattr(message, "tool_calls", None))
+        recovery = self.config.recovery
+        with entry.lock:
+            session = entry.session
+            used = recovery.retries_per_turn - session.retries_left if may_retry \
+                else recovery.retries_per_turn
+            plan = plan_cut(trip, self.config, language=session.language, retries_used=used,
+                            tools_sent=has_tools)
+            if plan.mode == "retry":
+                session.claim_retry()
+        if plan.mode == "error":
+            raise LoopCutError(trip, plan.notice)
         retry = None
-        if may_retry and trip.channel == "reasoning" and not has_tools:
-            with entry.lock:
-                claimed = entry.session.claim_retry()
-            if claimed:
-                model, settings = _thinking_off(request.model, request.model_settings,
-                                                self.dialect, self.config.proxy.retry_effort)
-                retry = request.override(model=model, model_settings=settings,
-                                         messages=[*request.messages,
-                                                   HumanMessage(content=notice)])
-        shown = notice if recovery.notice else ""
+        if plan.mode == "retry":
+            model, settings = _thinking_off(request.model, request.model_settings,
+                                            self.dialect, self.config.proxy.retry_effort)
+            retry = request.override(model=model, model_settings=settings,
+                                     messages=[*request.messages,
+                                               HumanMessage(content=plan.notice)])
+        shown = plan.shown
         cut = message.model_copy(update={"content": _joined(message.content, shown)})
         if index >= 0:
             response.result[index] = cut

@@ -59,11 +59,12 @@ from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
 
 from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import CallGuard
-from loopbreak._engine.notices import render, resolve_language
+from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._history import HistoryView, replay, with_denial, with_guidance, with_note
+from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut, plan_denial
 from loopbreak._requests import conversation_sample, thinking_off
-from loopbreak.integrations._deltas import feed_openai_chunk, field
+from loopbreak.integrations._deltas import carries_tool_calls, feed_openai_chunk, field
 
 __all__ = ["SETTINGS_KEY", "LoopbreakGuard", "denial_request", "guard", "retry_request"]
 
@@ -76,14 +77,6 @@ log = logging.getLogger("loopbreak.litellm")
 def _conversation_sample(request_data: Mapping[str, Any]) -> str:
     """The text of the request's messages (the latest last), for the notice's language."""
     return conversation_sample(request_data.get("messages"))
-
-
-def _carries_tool_calls(chunk: Any) -> bool:
-    for choice in field(chunk, "choices") or []:
-        delta = field(choice, "delta")
-        if delta is not None and field(delta, "tool_calls"):
-            return True
-    return False
 
 
 def _tool_deltas(chunk: Any) -> list[Any]:
@@ -275,10 +268,7 @@ class LoopbreakGuard(CustomLogger):
 
     def notice(self, trip: Trip, request_data: Mapping[str, Any] | None = None) -> str:
         """What the client and the model read about ``trip``, in the conversation's language."""
-        language = resolve_language(self.config.recovery.language,
-                                    _conversation_sample(request_data or {}))
-        name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
-        return render(name, language, chars=f"{trip.offset:,}", rule=trip.rule)
+        return cut_notice(trip, self._language(request_data or {}))
 
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any],
                                   call_type: Any) -> dict[str, Any] | str:
@@ -306,13 +296,9 @@ class LoopbreakGuard(CustomLogger):
         data["messages"] = messages
         return data
 
-    def _may_retry(self, trip: Trip, view: HistoryView | None) -> bool:
-        """Whether ``trip`` is re-asked without thinking: a reasoning loop, ``retry``
-        configured, and this turn's earlier cuts (read from the history) under the budget."""
-        recovery = self.config.recovery
-        if view is None or recovery.on_trip != "retry" or trip.channel != "reasoning":
-            return False
-        return view.cuts_this_turn < recovery.retries_per_turn
+    def _language(self, request_data: Mapping[str, Any]) -> Language:
+        return resolve_language(self.config.recovery.language,
+                                _conversation_sample(request_data))
 
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any],
@@ -371,20 +357,17 @@ class LoopbreakGuard(CustomLogger):
                 await _close(stream)
                 if trip is None:
                     # A held call was denied: it is not relayed; the model plans again.
-                    reasons = {cid: denied.get(cid, "[loopbreak] not run: another call in the "
-                                                    "same response was denied")
-                               for cid, _, _ in calls}
-                    reason = next(iter(denied.values()))
+                    denial = plan_denial([cid for cid, _, _ in calls], denied, reasked=reasked)
                     log.warning("loopbreak denied a repeated failing tool call of %s",
                                 request_data.get("model", "?"))
-                    if reasked:
-                        yield _final_chunk(chunk, reason, "stop")
+                    if not denial.reask:
+                        yield _final_chunk(chunk, denial.reason, normal_finish("openai"))
                         return
                     reasked = True
-                    again = await self._reask(denial_request(request_data, calls, reasons),
-                                              "after a denial")
+                    again = await self._reask(denial_request(request_data, calls,
+                                                             denial.reasons), "after a denial")
                     if again is None:
-                        yield _final_chunk(chunk, reason, "stop")
+                        yield _final_chunk(chunk, denial.reason, normal_finish("openai"))
                         return
                     stream = again
                     continue
@@ -392,28 +375,33 @@ class LoopbreakGuard(CustomLogger):
                 log.warning("loopbreak cut a looping %s stream of %s (%s) after %s characters",
                             trip.channel, request_data.get("model", "?"), trip.rule,
                             f"{trip.offset:,}")
-                if held is None and _carries_tool_calls(chunk):
+                if held is None and carries_tool_calls(chunk):
                     # This chunk completes a tool call (its finish released the trip): it goes
                     # out, without its finish.
                     tools_sent = True
                     yield _without_finish(chunk)
-                notice = self.notice(trip, request_data)
-                shown = notice if config.recovery.notice else None
-                if not retried and not tools_sent and held is None \
-                        and self._may_retry(trip, view):
+                # The turn's retries as the history shows them (each left its notice), and
+                # this stream's own; a request without a chat history cannot be re-asked.
+                used = (view.cuts_this_turn if view is not None
+                        else config.recovery.retries_per_turn) + (1 if retried else 0)
+                plan = plan_cut(trip, config, language=self._language(request_data),
+                                retries_used=used, tools_sent=tools_sent)
+                if plan.mode == "error":
+                    raise LoopCutError(trip, plan.notice)
+                if plan.mode == "retry":
                     retried = True
                     # The notice goes out first: the client's history keeps it, which is how the
                     # next request of this turn knows a retry was spent.
-                    if shown:
-                        yield _final_chunk(chunk, shown + "\n\n", None)
-                    again = await self._reask(retry_request(request_data, notice, config),
+                    if plan.shown:
+                        yield _final_chunk(chunk, plan.shown + "\n\n", None)
+                    again = await self._reask(retry_request(request_data, plan.notice, config),
                                               "without thinking")
                     if again is None:
-                        yield _final_chunk(chunk, None, "stop")
+                        yield _final_chunk(chunk, None, normal_finish("openai"))
                         return
                     stream = again
                     continue
-                yield _final_chunk(chunk, shown, "tool_calls" if tools_sent else "stop")
+                yield _final_chunk(chunk, plan.shown or None, plan.finish)
                 return
         finally:
             # A re-ask is this hook's own stream: a client that leaves mid-answer must not

@@ -22,10 +22,11 @@ from typing import Any
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
-from loopbreak._engine.notices import render, resolve_language
+from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
+from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut
 from loopbreak._requests import conversation_sample, thinking_off
-from loopbreak.integrations._deltas import feed_openai_chunk
+from loopbreak.integrations._deltas import carries_tool_calls, feed_openai_chunk, written_text
 
 # Parameters the SDK takes by name; everything else a dialect needs goes in extra_body.
 _SDK_PARAMS = {"reasoning_effort"}
@@ -79,23 +80,30 @@ class _Guarded:
         # it, else what the model wrote before the cut.
         self._sample = sample
         self._sample_writing = not sample
+        # Chunks with tool calls went to the reader before the cut.
+        self.tools_sent = False
 
     def judge(self, chunk: Any) -> Trip | None:
         trip = feed_openai_chunk(self.guard, chunk)
         if trip is not None:
             self.trip = trip
-        elif self._sample_writing and len(self._sample) < _SAMPLE_CHARS:
-            self._sample += _written(chunk)
+        else:
+            self.tools_sent = self.tools_sent or carries_tool_calls(chunk)
+            if self._sample_writing and len(self._sample) < _SAMPLE_CHARS:
+                self._sample += written_text(chunk)
         return trip
+
+    @property
+    def notice_language(self) -> Language:
+        """The language the notice is written in."""
+        return resolve_language(self.language, self._sample)
 
     @property
     def notice(self) -> str | None:
         """What the model should read about the cut (``None`` while nothing was cut)."""
         if self.trip is None:
             return None
-        name = "cut.reasoning" if self.trip.channel == "reasoning" else "cut.text"
-        return render(name, resolve_language(self.language, self._sample),
-                      chars=f"{self.trip.offset:,}", rule=self.trip.rule)
+        return cut_notice(self.trip, self.notice_language)
 
 
 class GuardedStream(_Guarded):
@@ -112,7 +120,8 @@ class GuardedStream(_Guarded):
             for chunk in self._stream:
                 if self.judge(chunk) is not None:
                     self._stream.close()
-                    yield _chunk(chunk, self.notice if self._show_notice else None)
+                    yield _chunk(chunk, self.notice if self._show_notice else None,
+                                 normal_finish("openai", self.tools_sent))
                     return
                 yield chunk
         finally:
@@ -137,7 +146,8 @@ class AsyncGuardedStream(_Guarded):
             async for chunk in self._stream:
                 if self.judge(chunk) is not None:
                     await self._stream.close()
-                    yield _chunk(chunk, self.notice if self._show_notice else None)
+                    yield _chunk(chunk, self.notice if self._show_notice else None,
+                                 normal_finish("openai", self.tools_sent))
                     return
                 yield chunk
         finally:
@@ -170,17 +180,6 @@ def aguard_stream(stream: Any, config: Config | None = None, *, show_notice: boo
 _SAMPLE_CHARS = 4000
 
 
-def _written(chunk: Any) -> str:
-    """The reasoning and text a chunk carries."""
-    choices = getattr(chunk, "choices", None) or []
-    delta = getattr(choices[0], "delta", None) if choices else None
-    if delta is None:
-        return ""
-    parts = (getattr(delta, "content", None), getattr(delta, "reasoning_content", None),
-             getattr(delta, "reasoning", None))
-    return "".join(p for p in parts if isinstance(p, str))
-
-
 class GuardedCompletion:
     """Chunks of a guarded call with its recovery: cut, notice, one retry without thinking."""
 
@@ -193,31 +192,33 @@ class GuardedCompletion:
         self.trips: list[Trip] = []
 
     def __iter__(self) -> Iterator[Any]:
-        stream = guard_stream(self.client.chat.completions.create(**self.kwargs), self.config,
-                              messages=self.kwargs.get("messages"))
-        for chunk in stream:
-            if stream.trip is None:
-                yield chunk
-        if stream.trip is None:
-            return
-        self.trips.append(stream.trip)
-        notice = stream.notice or ""
-        retry = self.config.recovery.on_trip == "retry" and stream.trip.channel == "reasoning" \
-            and self.config.recovery.retries_per_turn > 0
-        if not retry:
-            yield _chunk(None, notice if self.config.recovery.notice else None)
-            return
-        if self.config.recovery.notice:
-            yield _chunk(None, notice + "\n\n", finish=None)
-        kwargs = thinking_off_kwargs(self.kwargs, self.dialect, self.config.proxy.retry_effort)
-        messages = [*kwargs.get("messages", []), {"role": "user", "content": notice}]
-        second = guard_stream(self.client.chat.completions.create(**{**kwargs,
-                                                                     "messages": messages}),
-                              self.config, messages=messages)
-        for chunk in second:
-            yield chunk
-        if second.trip is not None:
-            self.trips.append(second.trip)
+        kwargs = self.kwargs
+        retries = 0
+        while True:
+            stream = guard_stream(self.client.chat.completions.create(**kwargs), self.config,
+                                  messages=kwargs.get("messages"))
+            for chunk in stream:
+                if stream.trip is None:
+                    yield chunk
+            trip = stream.trip
+            if trip is None:
+                return
+            self.trips.append(trip)
+            # One call is a turn of its own: its retries are the ones made here.
+            plan = plan_cut(trip, self.config, language=stream.notice_language,
+                            retries_used=retries, tools_sent=stream.tools_sent)
+            if plan.mode == "error":
+                raise LoopCutError(trip, plan.notice)
+            if plan.mode == "stop":
+                yield _chunk(None, plan.shown or None, plan.finish)
+                return
+            retries += 1
+            if plan.shown:
+                yield _chunk(None, plan.shown + "\n\n", finish=None)
+            kwargs = thinking_off_kwargs(self.kwargs, self.dialect,
+                                         self.config.proxy.retry_effort)
+            kwargs["messages"] = [*kwargs.get("messages", []),
+                                  {"role": "user", "content": plan.notice}]
 
 
 def create_guarded(client: Any, *, config: Config | None = None, dialect: str = "auto",

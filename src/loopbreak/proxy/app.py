@@ -25,7 +25,6 @@ from urllib.parse import urlsplit
 
 from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import ChannelGuard
-from loopbreak._engine.notices import render
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
 from loopbreak._history import (
@@ -37,6 +36,7 @@ from loopbreak._history import (
     with_note,
     without_unsigned_thinking,
 )
+from loopbreak._recovery import plan_cut
 from loopbreak._requests import dialect_of_upstream, requested_dialect
 from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
 from loopbreak.proxy.logs import event as log_event
@@ -522,10 +522,12 @@ class ProxyApp:
             log_event("trip", rule=trip[0].rule, channel=trip[0].channel,
                       offset=trip[0].offset, model=str(body.get("model") or ""),
                       session=session, recovery="none" if trip[1] else "retry")
-            if not trip[1] and config.recovery.on_trip == "retry" \
-                    and view.cuts_this_turn < config.recovery.retries_per_turn:
-                notice = render("cut.reasoning", view.session.language,
-                                chars=f"{trip[0].offset:,}", rule=trip[0].rule)
+            plan = plan_cut(trip[0], config, language=view.session.language,
+                            retries_used=view.cuts_this_turn, wire=kind)
+            # A whole answer is already paid for: only one that holds nothing but reasoning
+            # is asked again.
+            if not trip[1] and plan.mode == "retry":
+                notice = plan.notice
                 dialect = config.proxy.dialect
                 named = requested_dialect(body, kind)
                 if dialect == "auto" and named == "none":

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
-from loopbreak._engine.notices import render
 from loopbreak._engine.trip import Trip
 from loopbreak._history import (
     HistoryView,
@@ -31,6 +30,7 @@ from loopbreak._history import (
     with_denial,
     with_note,
 )
+from loopbreak._recovery import plan_cut, plan_denial
 from loopbreak._requests import requested_dialect
 from loopbreak.proxy.dialect import (
     AnthropicStream,
@@ -125,6 +125,9 @@ class GuardedCall:
         self.stream: Stream = OpenAIStream() if kind == "openai" else AnthropicStream()
         self.outcome = Outcome()
         self._content_sent = False
+        # Complete tool calls of this answer reached the client: a cut then ends with the
+        # tool-call finish and no retry (plan_cut).
+        self._tools_sent = False
         self._cuts = view.cuts_this_turn
         self._language = view.session.language
         self._reask_request: dict[str, Any] = body
@@ -250,11 +253,14 @@ class GuardedCall:
                             await self._flush(outbox)
                             return await self._deny(denied, guard)
                         outbox.extend(held)
+                        self._tools_sent = True
                         held = None
                         continue
                     out = self._out(event, pieces, continuing)
                     if out:
                         outbox.append(out)
+                        if any(p.kind == "tool" for p in pieces):
+                            self._tools_sent = True
                     if any(p.kind == "done" for p in pieces):
                         await self._flush(outbox)
                         return None
@@ -271,6 +277,7 @@ class GuardedCall:
                 self.outcome.denials += len(denied)
                 return await self._deny(denied, guard)
             await self._flush(held)
+            self._tools_sent = True
         if not finished:
             raise _Broken("the stream ended before a finish")
         # A finish arrived but not the stream's last event: end it the way clients expect.
@@ -326,40 +333,35 @@ class GuardedCall:
         """A rule tripped: the upstream is closed by the caller; end or continue lawfully."""
         self.outcome.trips.append(trip)
         self.outcome.cut_chars += trip.offset
-        notice = render("cut.reasoning" if trip.channel == "reasoning" else "cut.text",
-                        self._language, chars=f"{trip.offset:,}", rule=trip.rule)
-        recovery = self.config.recovery
-        can_retry = (recovery.on_trip == "retry" and trip.channel == "reasoning"
-                     and self._cuts < recovery.retries_per_turn)
+        plan = plan_cut(trip, self.config, language=self._language, retries_used=self._cuts,
+                        tools_sent=self._tools_sent, wire=self.kind)
         self._cuts += 1
-        mode = "retry" if can_retry else ("error" if recovery.on_trip == "error" else "stop")
-        self.outcome.recoveries.append(mode)
+        self.outcome.recoveries.append(plan.mode)
         if self.on_trip is not None:
-            self.on_trip(trip, mode)
+            self.on_trip(trip, plan.mode)
         stream = self.stream
-        if mode == "error":
-            await self.client.write(stream.error(
-                f"loopbreak cut a looping {trip.channel} stream ({trip.rule}) after "
-                f"{trip.offset:,} characters", "loop_detected"))
+        if plan.mode == "error":
+            await self.client.write(stream.error(plan.error, "loop_detected"))
             return None
-        shown = notice + "\n\n" if recovery.notice else ""
-        if mode == "stop":
-            end = "stop" if self.kind == "openai" else "end_turn"
-            await self.client.write((stream.text(shown) if shown else b"") + stream.finish(end))
+        shown = plan.shown + "\n\n" if plan.shown else ""
+        if plan.mode == "stop":
+            await self.client.write((stream.text(shown) if shown else b"")
+                                    + stream.finish(plan.finish))
             return None
         # retry: close what the client has open, leave the notice in its history, re-ask.
         prefix = stream.close_blocks() if isinstance(stream, AnthropicStream) else b""
         await self.client.write(prefix + (stream.text(shown) if shown else b""))
         self._content_sent = True
-        return "retry", notice
+        return "retry", plan.notice
 
     async def _deny(self, denied: dict[str, str], guard: CallGuard) -> tuple[str, str]:
         records = guard.tool_calls
         calls = [(self._call_id(r.key), r.name, r.arguments) for r in records]
-        reasons = {self._call_id(r.key): denied.get(str(r.key), "[loopbreak] not run: another "
-                   "call in the same response was denied") for r in records}
-        self._reask_request = with_denial(self.body, self.kind, calls, reasons)
-        return "reask", next(iter(denied.values()))
+        plan = plan_denial([cid for cid, _, _ in calls],
+                           {self._call_id(r.key): denied[str(r.key)] for r in records
+                            if str(r.key) in denied}, reasked=False)
+        self._reask_request = with_denial(self.body, self.kind, calls, plan.reasons)
+        return "reask", plan.reason
 
     @staticmethod
     def _call_id(key: Hashable) -> str:
