@@ -53,9 +53,15 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from loopbreak._samples import phrase_pool
+from loopbreak.offline.transcripts._model import (
+    Event,
+    ReadReport,
+    RecordedCall,
+    ToolResult,
+    TurnEnd,
+)
+from loopbreak.offline.transcripts.dsh import read_dsh
 from loopbreak.testing import Script, ScriptedUpstream, ToolCall, Usage
-from loopbreak.transcripts._model import Event, ReadReport, RecordedCall, ToolResult, TurnEnd
-from loopbreak.transcripts.dsh import read_dsh
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS_DIR = REPO / "tests" / "transcripts" / "data" / "recorded"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loopbreak import Detector, Trip
-from loopbreak._corpus import corpus_dir
+from loopbreak.offline.corpus import corpus_dir
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -46,10 +46,12 @@ from loopbreak._engine.tool_failure import (
     ToolDecision,
     ToolGuidance,
     canonical_arguments,
+    looks_like_failure,
     normalise_error,
 )
 from loopbreak._engine.trip import CHANNELS, Channel, Detector, Trip
 from loopbreak._errors import ConfigError, InputError, LoopbreakError, StreamFormatError
+from loopbreak._recovery import LoopCutError
 
 __version__ = "0.1.0"
 
@@ -85,6 +87,7 @@ __all__ = [
     "LinesConfig",
     "LinesDetector",
     "LoadedConfig",
+    "LoopCutError",
     "LoopbreakError",
     "ProgressionConfig",
     "ProgressionDetector",
@@ -105,6 +108,7 @@ __all__ = [
     "canonical_arguments",
     "detect_language",
     "load_config",
+    "looks_like_failure",
     "normalise_error",
     "render",
     "scan",

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import loopbreak
-from loopbreak._analyze import analyze_events, report_dict
 from loopbreak._samples import clean_reasoning, phrase_pool, verbatim_loop
 from loopbreak.cli import main
-from loopbreak.transcripts import (
+from loopbreak.offline.analyze import analyze_events, report_dict
+from loopbreak.offline.transcripts import (
     Delta,
     ReadReport,
     RecordedCall,
@@ -150,7 +150,7 @@ def test_a_scan_file_with_a_long_first_line_is_read(tmp_path: Path,
 ])
 def test_a_first_line_longer_than_any_read_is_judged_by_its_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: bytes, kind: str) -> None:
-    import loopbreak.transcripts as transcripts
+    import loopbreak.offline.transcripts as transcripts
 
     monkeypatch.setattr(transcripts, "_FIRST_LINE_LIMIT", 4096)
     path = tmp_path / "big.jsonl"

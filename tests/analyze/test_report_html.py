@@ -22,12 +22,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopbreak._analyze import CallReport, Cut, SessionReport, analyze_events, summary
-from loopbreak._report_html import (
-    EXCERPTS_PER_SESSION,
-    FOLD_FROM,
-    render_html,
-)
 from loopbreak._samples import (
     clean_code,
     clean_reasoning,
@@ -35,7 +29,13 @@ from loopbreak._samples import (
     star_flood,
     verbatim_loop,
 )
-from loopbreak.transcripts._model import (
+from loopbreak.offline.analyze import CallReport, Cut, SessionReport, analyze_events, summary
+from loopbreak.offline.report import (
+    EXCERPTS_PER_SESSION,
+    FOLD_FROM,
+    render_html,
+)
+from loopbreak.offline.transcripts._model import (
     Delta,
     DeltaChannel,
     Event,
@@ -323,8 +323,8 @@ def test_repeating_part_is_highlighted() -> None:
 
 
 def test_a_counted_loop_is_highlighted_by_its_unit_numbers_aside() -> None:
-    from loopbreak._corpus import smollm2_lists
     from loopbreak._engine.detectors.counter_cycle import read_counters
+    from loopbreak.offline.corpus import smollm2_lists
 
     planets = next(s for s in smollm2_lists() if s.id == "smollm2-planets").text
 

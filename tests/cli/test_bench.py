@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopbreak import scan
-from loopbreak._bench import (
+from loopbreak._errors import InputError
+from loopbreak.bench.throughput import (
     QUICK,
     TOKEN_CHARS,
     BenchSettings,
@@ -39,7 +40,6 @@ from loopbreak._bench import (
     stdlib_text,
     token_deltas,
 )
-from loopbreak._errors import InputError
 from loopbreak.cli import main
 
 
@@ -527,7 +527,7 @@ def test_adversarial_and_proxy_are_two_benchmarks(capsys: pytest.CaptureFixture[
 
 
 def test_history_body_is_the_size_the_suite_says() -> None:
-    from loopbreak._bench_adversarial import history_body
+    from loopbreak.bench.adversarial import history_body
 
     body = history_body(800)
     assert sum(1 for m in body["messages"] if m["role"] == "assistant") == 800

@@ -13,8 +13,11 @@ from dataclasses import replace
 
 import pytest
 
-from loopbreak._bench import machine_info
-from loopbreak._bench_proxy import (
+from loopbreak._config import Config
+from loopbreak._engine.call_guard import CallGuard
+from loopbreak._engine.trip import Channel
+from loopbreak._errors import InputError
+from loopbreak.bench.proxy import (
     CPU,
     MARK,
     PLACEHOLDER,
@@ -38,10 +41,7 @@ from loopbreak._bench_proxy import (
     stream_script,
     summarise,
 )
-from loopbreak._config import Config
-from loopbreak._engine.call_guard import CallGuard
-from loopbreak._engine.trip import Channel
-from loopbreak._errors import InputError
+from loopbreak.bench.throughput import machine_info
 from loopbreak.cli import main
 from loopbreak.cli.bench import PROXY_HELP_DEFAULTS, render_proxy
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from loopbreak._calibrate import _trips, standard_sweeps
-from loopbreak._corpus import sample_streams, stdlib_sources
 from loopbreak._samples import loop_samples, verbatim_loop
 from loopbreak.cli import main
+from loopbreak.offline.calibrate import _trips, standard_sweeps
+from loopbreak.offline.corpus import sample_streams, stdlib_sources
 
 
 @pytest.mark.slow
@@ -89,8 +89,8 @@ def test_cases_lists_every_loop(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_leave_one_source_out_scores_a_source_under_settings_it_did_not_choose() -> None:
-    from loopbreak._calibrate import leave_one_source_out, loso_sweeps
-    from loopbreak._corpus import LabelledStream
+    from loopbreak.offline.calibrate import leave_one_source_out, loso_sweeps
+    from loopbreak.offline.corpus import LabelledStream
 
     intro = "Here is the answer you asked for, in full.\n"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import loopbreak
-from loopbreak._calibrate import runs_long_enough
-from loopbreak._corpus import LOOP_KINDS, LabelledStream, alpaca_loops, dev_corpus
+from loopbreak.offline.calibrate import runs_long_enough
+from loopbreak.offline.corpus import LOOP_KINDS, LabelledStream, alpaca_loops, dev_corpus
 from support import REPO
 
 CORPUS = REPO / "corpus"

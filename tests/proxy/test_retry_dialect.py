@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from loopbreak._requests import dialect_of_upstream, requested_dialect
+from loopbreak._recovery.requests import dialect_of_upstream, requested_dialect
 from loopbreak._samples import verbatim_loop
 from loopbreak.proxy.server import ProxyServer
 from loopbreak.testing import Script, ScriptedUpstream

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import loopbreak
-from loopbreak._analyze import analyze_events
 from loopbreak._samples import verbatim_loop
-from loopbreak.transcripts import (
+from loopbreak.offline.analyze import analyze_events
+from loopbreak.offline.transcripts import (
     ReadReport,
     RecordedCall,
     SessionStart,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import loopbreak
 from loopbreak import InputError
-from loopbreak.transcripts import dsh
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts import dsh
+from loopbreak.offline.transcripts._model import (
     Event,
     ReadReport,
     RecordedCall,
@@ -28,7 +28,7 @@ from loopbreak.transcripts._model import (
     TurnEnd,
     TurnStart,
 )
-from loopbreak.transcripts.dsh import find_dsh_logs, read_dsh
+from loopbreak.offline.transcripts.dsh import find_dsh_logs, read_dsh
 from support import load_fixture
 from transcripts import dsh_fixtures as fx
 

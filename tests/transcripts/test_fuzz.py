@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopbreak.transcripts._model import Event, ReadReport, RecordedCall, SessionStart
-from loopbreak.transcripts.dsh import read_dsh
+from loopbreak.offline.transcripts._model import Event, ReadReport, RecordedCall, SessionStart
+from loopbreak.offline.transcripts.dsh import read_dsh
 from transcripts import dsh_fixtures as fx
 
 FUZZ = settings(max_examples=150, deadline=None,

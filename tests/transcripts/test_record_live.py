@@ -15,8 +15,8 @@ from types import ModuleType
 
 import pytest
 
-from loopbreak.transcripts import Event, ReadReport, SessionStart
-from loopbreak.transcripts.dsh import read_dsh
+from loopbreak.offline.transcripts import Event, ReadReport, SessionStart
+from loopbreak.offline.transcripts.dsh import read_dsh
 
 pytestmark = pytest.mark.slow
 

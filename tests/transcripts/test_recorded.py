@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 
 import loopbreak
-from loopbreak._analyze import SessionReport, analyze_events
 from loopbreak.cli import main
 from loopbreak.cli.analyze import demo_log
-from loopbreak.testing import split_chars
-from loopbreak.transcripts import (
+from loopbreak.offline.analyze import SessionReport, analyze_events
+from loopbreak.offline.transcripts import (
     Event,
     ReadReport,
     RecordedCall,
@@ -32,7 +31,8 @@ from loopbreak.transcripts import (
     TurnEnd,
     TurnStart,
 )
-from loopbreak.transcripts.dsh import read_dsh
+from loopbreak.offline.transcripts.dsh import read_dsh
+from loopbreak.testing import split_chars
 from transcripts import dsh_fixtures as fx
 
 REPO = Path(__file__).resolve().parents[2]

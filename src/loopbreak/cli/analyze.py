@@ -17,9 +17,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from loopbreak._analyze import SessionReport, analyze_events, display_path, report_dict, summary
 from loopbreak._config import Config, load_config
 from loopbreak._errors import InputError, LoopbreakError
+from loopbreak.offline.analyze import (
+    SessionReport,
+    analyze_events,
+    display_path,
+    report_dict,
+    summary,
+)
 
 DEFAULT_STORE = Path("~/.dsh/sessions")
 DEMO_LOG = "demo.session.jsonl"
@@ -51,7 +57,7 @@ def default_paths() -> tuple[list[Path], str]:
 
 def analyze_file(path: Path, config: Config) -> tuple[list[SessionReport], str | None]:
     """Every session in one file, or the one-line reason the file cannot be read."""
-    from loopbreak.transcripts import read_path
+    from loopbreak.offline.transcripts import read_path
 
     try:
         return list(analyze_events(read_path(path), display_path(path), config)), None
@@ -60,7 +66,7 @@ def analyze_file(path: Path, config: Config) -> tuple[list[SessionReport], str |
 
 
 def run(args: argparse.Namespace) -> int:
-    from loopbreak.transcripts import find_sources
+    from loopbreak.offline.transcripts import find_sources
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be >= 1, not {args.jobs}")
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         if error:
             errors.append(error)
     if args.html:
-        from loopbreak._report_html import render_html
+        from loopbreak.offline.report import render_html
 
         try:
             Path(args.html).write_text(render_html(reports), encoding="utf-8")

@@ -6,14 +6,14 @@ text (the Python standard library's source) and on looping text (the loop
 samples, each judged until it is stopped); the per-delta cost at 10 kB and at
 1 MB into one stream; and where each subject stopped each loop. People get rich
 tables on stdout (with a progress bar on stderr while it measures); ``--json``
-prints one JSON object on stdout instead. The measuring lives in :mod:`loopbreak._bench`.
+prints one JSON object on stdout instead. The measuring lives in :mod:`loopbreak.bench.throughput`.
 
 ``loopbreak bench --proxy`` measures the HTTP proxy instead: ``--streams`` concurrent
 streams (default 1,000) through it against the scripted upstream on loopback, each
 process on its own event loop, the same load also run straight at the upstream;
 it reports the latency the proxy adds per chunk (p50/p99/max), the streams it held
 at once, its memory per stream, the CPU of every process, and that no chunk was
-lost or reordered. The measuring lives in :mod:`loopbreak._bench_proxy`.
+lost or reordered. The measuring lives in :mod:`loopbreak.bench.proxy`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopbreak._bench import (
+from loopbreak._errors import InputError
+from loopbreak.bench.throughput import (
     QUICK,
     TARGET_CHARS_PER_S,
     TARGET_LOOPING_CHARS_PER_S,
@@ -38,15 +39,14 @@ from loopbreak._bench import (
     report_dict,
     run_bench,
 )
-from loopbreak._errors import InputError
 
 if TYPE_CHECKING:
-    from loopbreak._bench_proxy import Latency, Phase, ProxyBenchReport, ProxyBenchSettings
+    from loopbreak.bench.proxy import Latency, Phase, ProxyBenchReport, ProxyBenchSettings
 
 DEFAULT = BenchSettings()
 
 # ``bench --proxy`` defaults as its help shows them (a test holds them equal to
-# loopbreak._bench_proxy's presets, which are not imported here: every command pays for
+# loopbreak.bench.proxy's presets, which are not imported here: every command pays for
 # this module's imports when the parser is built).
 PROXY_HELP_DEFAULTS = {"streams": (1000, 20), "chunks_per_s": (5.0, 20.0),
                        "chunks": (50, 30), "ramp_seconds": (3.0, 0.2)}
@@ -163,15 +163,15 @@ _PROXY_OPTIONS = (("streams", "streams"), ("chunks_per_s", "chunks_per_s"),
 
 def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
     """The proxy preset (default or ``--quick``) with the options given on top."""
-    from loopbreak._bench_proxy import QUICK as PROXY_QUICK
-    from loopbreak._bench_proxy import ProxyBenchSettings
+    from loopbreak.bench.proxy import QUICK as PROXY_QUICK
+    from loopbreak.bench.proxy import ProxyBenchSettings
 
     return _given(PROXY_QUICK if args.quick else ProxyBenchSettings(), args, _PROXY_OPTIONS,
                   {"relay": not args.no_peers}, "bench --proxy")
 
 
 def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> ProxyBenchReport:
-    from loopbreak._bench_proxy import run_proxy_bench
+    from loopbreak.bench.proxy import run_proxy_bench
 
     with _progress("starting") as on_progress:
         try:
@@ -184,7 +184,7 @@ def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> Pr
 
 
 def _run_proxy(args: argparse.Namespace) -> int:
-    from loopbreak._bench_proxy import proxy_report_dict
+    from loopbreak.bench.proxy import proxy_report_dict
 
     settings = proxy_settings_from(args)
     report = _measure_proxy(settings, args)
@@ -195,13 +195,13 @@ def _run_proxy(args: argparse.Namespace) -> int:
 
 
 def _run_adversarial(args: argparse.Namespace) -> int:
-    from loopbreak._bench import find_peers
-    from loopbreak._bench_adversarial import QUICK as ADV_QUICK
-    from loopbreak._bench_adversarial import (
+    from loopbreak.bench.adversarial import QUICK as ADV_QUICK
+    from loopbreak.bench.adversarial import (
         AdversarialSettings,
         adversarial_dict,
         run_adversarial,
     )
+    from loopbreak.bench.throughput import find_peers
 
     settings = ADV_QUICK if args.quick else AdversarialSettings()
     peers = [] if args.no_peers else find_peers()
@@ -218,8 +218,8 @@ def _run_in_engine(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from loopbreak._bench_engine import QUICK as ENGINE_QUICK
-    from loopbreak._bench_engine import (
+    from loopbreak.bench.in_engine import QUICK as ENGINE_QUICK
+    from loopbreak.bench.in_engine import (
         TARGET_MS_PER_STEP,
         EngineSettings,
         costs_text,
@@ -506,7 +506,7 @@ def render_proxy(report: ProxyBenchReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from loopbreak._bench_proxy import TARGET_P99_ADDED_NS, TARGET_STREAMS
+    from loopbreak.bench.proxy import TARGET_P99_ADDED_NS, TARGET_STREAMS
 
     console = Console()
     s = report.settings

@@ -20,7 +20,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from loopbreak._calibrate import (
+from loopbreak._config import load_config
+from loopbreak._engine.trip import Channel
+from loopbreak._errors import InputError
+from loopbreak.offline.calibrate import (
     CaseResult,
     HeldOut,
     SourceScore,
@@ -34,8 +37,7 @@ from loopbreak._calibrate import (
     score_by_source,
     standard_sweeps,
 )
-from loopbreak._config import load_config
-from loopbreak._corpus import (
+from loopbreak.offline.corpus import (
     LabelledStream,
     alpaca_loops,
     alpaca_outputs,
@@ -47,8 +49,6 @@ from loopbreak._corpus import (
     sample_streams,
     stdlib_sources,
 )
-from loopbreak._engine.trip import Channel
-from loopbreak._errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -49,7 +49,7 @@ class _Record:
 
 
 def _parse_line(raw: bytes, where: str, default_channel: str) -> _Record:
-    from loopbreak.transcripts.plain import ScanRowError, parse_scan_row
+    from loopbreak.offline.transcripts.plain import ScanRowError, parse_scan_row
 
     try:
         line = raw.decode("utf-8")

@@ -84,8 +84,8 @@ from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import looks_like_failure
 from loopbreak._engine.trip import Channel, Trip
 from loopbreak._recovery import LoopCutError, normal_finish, plan_cut
-from loopbreak.integrations._deltas import feed_openai_chunk
-from loopbreak.integrations._deltas import field as _field
+from loopbreak._recovery.chunks import feed_openai_chunk
+from loopbreak._recovery.chunks import field as _field
 from loopbreak.integrations.openai import thinking_off_kwargs
 
 __all__ = ["LoopCutError", "LoopbreakMiddleware"]

@@ -61,10 +61,10 @@ from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
-from loopbreak._history import HistoryView, replay, with_denial, with_guidance, with_note
 from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut, plan_denial
-from loopbreak._requests import conversation_sample, thinking_off
-from loopbreak.integrations._deltas import carries_tool_calls, feed_openai_chunk, field
+from loopbreak._recovery.chunks import carries_tool_calls, feed_openai_chunk, field
+from loopbreak._recovery.history import HistoryView, replay, with_denial, with_guidance, with_note
+from loopbreak._recovery.requests import conversation_sample, thinking_off
 
 __all__ = ["SETTINGS_KEY", "LoopbreakGuard", "denial_request", "guard", "retry_request"]
 

@@ -25,8 +25,8 @@ from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut
-from loopbreak._requests import conversation_sample, thinking_off
-from loopbreak.integrations._deltas import carries_tool_calls, feed_openai_chunk, written_text
+from loopbreak._recovery.chunks import carries_tool_calls, feed_openai_chunk, written_text
+from loopbreak._recovery.requests import conversation_sample, thinking_off
 
 # Parameters the SDK takes by name; everything else a dialect needs goes in extra_body.
 _SDK_PARAMS = {"reasoning_effort"}

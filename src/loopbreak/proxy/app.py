@@ -27,7 +27,8 @@ from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
-from loopbreak._history import (
+from loopbreak._recovery import plan_cut
+from loopbreak._recovery.history import (
     Kind,
     replay,
     session_key,
@@ -36,16 +37,15 @@ from loopbreak._history import (
     with_note,
     without_unsigned_thinking,
 )
-from loopbreak._recovery import plan_cut
-from loopbreak._requests import dialect_of_upstream, requested_dialect
-from loopbreak.proxy.dialect import AnthropicStream, OpenAIStream, error_body
+from loopbreak._recovery.requests import dialect_of_upstream, requested_dialect
+from loopbreak.proxy.formats import AnthropicStream, OpenAIStream, error_body
 from loopbreak.proxy.logs import event as log_event
 from loopbreak.proxy.logs import log as proxy_log
 from loopbreak.proxy.logs import session_id
 from loopbreak.proxy.metrics import Metrics
 from loopbreak.proxy.relay import (
-    GuardedCall,
     Headers,
+    StreamRelay,
     UpstreamError,
     UpstreamResponse,
 )
@@ -192,8 +192,8 @@ class _AiohttpResponse:
             self._response.close()
 
 
-class _Client:
-    """The ASGI response, written as the relay goes."""
+class _ResponseSink:
+    """Where the relay writes the client's response: the ASGI ``send``, started once."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
@@ -459,7 +459,7 @@ class ProxyApp:
     async def _stream(self, send: Send, receive: Receive, kind: Kind, body: dict[str, Any],
                       view: Any, config: Config, opener: Any, *, model: str, session: str,
                       ask_dialect: Callable[[], Awaitable[str]]) -> None:
-        client = _Client(send)
+        client = _ResponseSink(send)
 
         def on_trip(trip: Trip, recovery: str) -> None:
             self.metrics.add("loopbreak_trips_total", rule=trip.rule, channel=trip.channel)
@@ -469,7 +469,7 @@ class ProxyApp:
             log_event("trip", rule=trip.rule, channel=trip.channel, offset=trip.offset,
                       model=model, session=session, recovery=recovery)
 
-        call = GuardedCall(kind, body, view, config, opener, client,
+        call = StreamRelay(kind, body, view, config, opener, client,
                            dialect=config.proxy.dialect, effort=config.proxy.retry_effort,
                            on_trip=on_trip, upstream_dialect=ask_dialect)
         self.metrics.add("loopbreak_streams_active", 1)

@@ -23,20 +23,20 @@ from typing import Any, Protocol
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import Trip
-from loopbreak._history import (
+from loopbreak._recovery import plan_cut, plan_denial
+from loopbreak._recovery.chunks import Piece, feed_piece
+from loopbreak._recovery.history import (
     HistoryView,
     Kind,
     thinking_off,
     with_denial,
     with_note,
 )
-from loopbreak._recovery import plan_cut, plan_denial
-from loopbreak._requests import requested_dialect
-from loopbreak.proxy.dialect import (
+from loopbreak._recovery.requests import requested_dialect
+from loopbreak.proxy.formats import (
     AnthropicStream,
     BrokenStream,
     OpenAIStream,
-    Piece,
     Stream,
     error_body,
     sse_data,
@@ -105,8 +105,11 @@ class _Broken(Exception):
 
 _SSE_HEADERS: Headers = [("content-type", "text/event-stream; charset=utf-8"),
                          ("cache-control", "no-cache")]
-class GuardedCall:
-    """One streaming request through the guard."""
+
+
+class StreamRelay:
+    """One streamed request relayed through the guard, to its lawful end (the engine's
+    per-call guard is :class:`~loopbreak.CallGuard`; this is the proxy's side of a call)."""
 
     def __init__(self, kind: Kind, body: dict[str, Any], view: HistoryView, config: Config,
                  opener: Opener, client: ClientSink, *, dialect: str = "auto",
@@ -226,7 +229,7 @@ class GuardedCall:
                     pieces = stream.parse(event)
                     trip: Trip | None = None
                     for piece in pieces:
-                        trip = self._judge(guard, piece) or trip
+                        trip = feed_piece(guard, piece) or trip
                         if piece.kind in ("finish", "done"):
                             finished = True
                     if held is None and self._holds(pieces):
@@ -301,20 +304,6 @@ class GuardedCall:
         if not continuing:
             return bytes(event.raw)
         return self.stream.continuation(event, pieces) or b""
-
-    def _judge(self, guard: CallGuard, piece: Piece) -> Trip | None:
-        if piece.kind in ("reasoning", "text"):
-            return guard.feed(piece.kind, piece.text)
-        if piece.kind == "tool" and piece.key is not None:
-            # The guard keeps each call's name and arguments (in pieces, joined once).
-            guard.tool_call_delta(piece.key, piece.name, piece.text)
-            return None
-        if piece.kind == "block_stop" and piece.key is not None \
-                and any(record.key == piece.key for record in guard.tool_calls):
-            return guard.close_tool_call(piece.key)
-        if piece.kind == "finish":
-            return guard.close_tool_call()
-        return None
 
     def _holds(self, pieces: list[Piece]) -> bool:
         return any(p.kind == "tool" and p.name and self.view.may_deny(p.name) for p in pieces)

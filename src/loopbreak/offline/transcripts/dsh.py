@@ -28,7 +28,7 @@ How model output is kept depends on the format version:
 A call is yielded as soon as it is complete, so memory is bounded by one call;
 rows between a call's chunks keep their place the way dsh's migration keeps it.
 Nothing in the log's contents raises: bad lines and rows are counted in the
-closing :class:`~loopbreak.transcripts._model.ReadReport`, with the first error.
+closing :class:`~loopbreak.offline.transcripts._model.ReadReport`, with the first error.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Any, BinaryIO, Final
 
 from loopbreak._engine.tool_failure import looks_like_failure
 from loopbreak._errors import InputError
-from loopbreak.transcripts import _frames
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts import _frames
+from loopbreak.offline.transcripts._model import (
     Delta,
     DeltaChannel,
     Event,

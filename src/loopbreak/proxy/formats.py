@@ -1,6 +1,6 @@
 """The two wire formats the proxy guards: what their events mean and how to end them.
 
-A dialect turns one server-sent event of its format into the pieces the engine
+A format's stream object turns one server-sent event into the pieces the engine
 judges (reasoning, text, tool-call arguments, finish, usage), and writes the
 events the proxy adds itself: a notice the model will read, a lawful finish
 after a cut, an error in the client's own format, and the chunks of a retried
@@ -15,24 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loopbreak._recovery.chunks import MalformedChunk, Piece, openai_pieces
 from loopbreak.proxy.sse import SSEEvent
-
-PieceKind = Literal["reasoning", "text", "tool", "block_start", "block_stop", "finish", "usage",
-                    "done", "start", "error", "other"]
 
 
 class BrokenStream(ValueError):
     """An upstream event that is not valid data of its format."""
-
-
-@dataclass
-class Piece:
-    """One meaningful part of an event."""
-
-    kind: PieceKind
-    text: str = ""
-    key: int | str | None = None
-    name: str = ""
 
 
 def _dumps(obj: Any) -> str:
@@ -87,37 +75,18 @@ class OpenAIStream:
         self.model = self.model or str(obj.get("model") or "")
         created = obj.get("created")
         self.created = self.created or (created if isinstance(created, int) else 0)
-        pieces: list[Piece] = []
-        choices = obj.get("choices")
-        if not isinstance(choices, list):
-            raise BrokenStream("event has no choices list")
+        try:
+            pieces = openai_pieces(obj, strict=True)
+        except MalformedChunk as exc:
+            raise BrokenStream(str(exc)) from None
+        choices = obj["choices"]
         for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise BrokenStream("choice delta is not an object")
-            if delta.get("role"):
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if isinstance(delta, dict) and delta.get("role"):
                 self.sent_role = True
-            for name in ("reasoning_content", "reasoning"):
-                value = delta.get(name)
-                if isinstance(value, str) and value:
-                    pieces.append(Piece("reasoning", value))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                pieces.append(Piece("text", content))
-            for call in delta.get("tool_calls") or []:
-                if not isinstance(call, dict):
-                    continue
-                key = call.get("index", call.get("id"))
-                fn = _dict(call.get("function"))
-                args, tool_name = fn.get("arguments"), fn.get("name")
-                if isinstance(key, (int, str)):
-                    self.tool_keys.add(key)
-                    pieces.append(Piece("tool", args if isinstance(args, str) else "", key,
-                                        tool_name if isinstance(tool_name, str) else ""))
-            if isinstance(choice.get("finish_reason"), str):
-                pieces.append(Piece("finish", choice["finish_reason"]))
+        for piece in pieces:
+            if piece.kind == "tool" and piece.key is not None:
+                self.tool_keys.add(piece.key)
         if isinstance(obj.get("usage"), dict) and not choices:
             pieces.append(Piece("usage"))
         return pieces

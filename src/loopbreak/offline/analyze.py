@@ -1,6 +1,6 @@
 """Replaying recorded sessions through the engine: where each rule would have cut.
 
-Pure: events in (from any reader in ``loopbreak.transcripts``), report data out.
+Pure: events in (from any reader in ``loopbreak.offline.transcripts``), report data out.
 Each call goes through a fresh per-call guard fed its deltas in stream order;
 each session goes through one session guard that sees every call whole (what
 really happened), every tool call before its result and every result after it.
@@ -22,7 +22,7 @@ from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.trip import Trip
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts._model import (
     Event,
     ReadReport,
     RecordedCall,

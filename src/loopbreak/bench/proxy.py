@@ -39,7 +39,7 @@ the load, at its peak and after; each process's CPU comes from ``/proc/<pid>/sta
 
 The arithmetic (quantiles, order checks, added latency, targets) is in pure
 functions over plain values, results are frozen dataclasses; rendering lives in
-:mod:`loopbreak.cli.bench`. ``python -m loopbreak._bench_proxy upstream|proxy``
+:mod:`loopbreak.cli.bench`. ``python -m loopbreak.bench.proxy upstream|proxy``
 runs one of the two servers as a child (it prints ``PORT <n>`` and serves until
 its stdin closes).
 """
@@ -65,8 +65,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from loopbreak._bench import Clock, Machine, OnProgress, load_average, machine_info
 from loopbreak._errors import InputError
+from loopbreak.bench.throughput import Clock, Machine, OnProgress, load_average, machine_info
 
 if TYPE_CHECKING:
     from loopbreak.proxy.app import ProxyApp, Receive, Scope, Send
@@ -180,7 +180,7 @@ QUICK = ProxyBenchSettings(streams=20, chunks=30, chunks_per_s=20.0, ramp_second
 def clean_text(chars: int) -> str:
     """Clean text to cut the deltas from: the standard library's source, as the engine
     benchmark uses (the full rule set stops none of it)."""
-    from loopbreak._bench import stdlib_text
+    from loopbreak.bench.throughput import stdlib_text
 
     return stdlib_text(chars).text
 
@@ -607,7 +607,7 @@ def event_loop_name() -> str:
 
 
 class Child:
-    """One server in a process of its own: ``python -m loopbreak._bench_proxy ROLE ...``.
+    """One server in a process of its own: ``python -m loopbreak.bench.proxy ROLE ...``.
 
     Its stderr goes to a temporary file (a full pipe would stall it); the port it
     prints is :attr:`port`; closing its stdin stops it.
@@ -615,7 +615,7 @@ class Child:
 
     def __init__(self, role: str, args: Sequence[str], *, start_timeout: float = 30.0) -> None:
         self.role = role
-        self._args = [sys.executable, "-m", "loopbreak._bench_proxy", role, *args]
+        self._args = [sys.executable, "-m", "loopbreak.bench.proxy", role, *args]
         self._timeout = start_timeout
         self._stderr: IO[bytes] | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -1171,8 +1171,8 @@ def _proxy_main(args: argparse.Namespace) -> None:
 
 
 def child_main(argv: Sequence[str]) -> int:
-    """``python -m loopbreak._bench_proxy upstream|proxy ...``: one bench server."""
-    parser = argparse.ArgumentParser(prog="python -m loopbreak._bench_proxy")
+    """``python -m loopbreak.bench.proxy upstream|proxy ...``: one bench server."""
+    parser = argparse.ArgumentParser(prog="python -m loopbreak.bench.proxy")
     sub = parser.add_subparsers(dest="role", required=True)
     up = sub.add_parser("upstream")
     up.add_argument("--chunks", type=int, required=True)

@@ -17,8 +17,8 @@ from typing import Any
 from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, iter_deltas
 from loopbreak._engine.trip import CHANNELS, Channel
 from loopbreak._errors import InputError
-from loopbreak.transcripts._files import open_binary, open_text_lines
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts._files import open_binary, open_text_lines
+from loopbreak.offline.transcripts._model import (
     Delta,
     Event,
     ReadReport,

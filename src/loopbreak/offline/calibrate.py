@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopbreak._config import Config
-from loopbreak._corpus import SMOLLM2_LISTS, LabelledStream
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
     CharRunDetector,
@@ -38,6 +37,7 @@ from loopbreak._engine.detectors import (
 )
 from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, iter_deltas
 from loopbreak._engine.trip import Channel, Detector, Trip
+from loopbreak.offline.corpus import SMOLLM2_LISTS, LabelledStream
 
 DetectorFactory = Callable[[Config, Channel], Detector]
 

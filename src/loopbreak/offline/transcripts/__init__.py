@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from loopbreak._errors import InputError
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts._model import (
     Delta,
     Event,
     ReadReport,
@@ -26,8 +26,8 @@ from loopbreak.transcripts._model import (
     TurnEnd,
     TurnStart,
 )
-from loopbreak.transcripts.chat_log import read_chat_log
-from loopbreak.transcripts.plain import read_scan_jsonl, read_text
+from loopbreak.offline.transcripts.chat_log import read_chat_log
+from loopbreak.offline.transcripts.plain import read_scan_jsonl, read_text
 
 __all__ = [
     "Delta",
@@ -114,7 +114,7 @@ def read_path(path: str | Path) -> Iterator[Event]:
         raise InputError(f"{path}: is a directory (use find_sources)")
     kind = sniff(path)
     if kind == "dsh":
-        from loopbreak.transcripts.dsh import read_dsh
+        from loopbreak.offline.transcripts.dsh import read_dsh
 
         return read_dsh(path)
     if kind == "scan-jsonl":
@@ -128,7 +128,7 @@ def find_sources(paths: Sequence[str | Path]) -> list[Path]:
     """Every readable recorded file under ``paths``, in a stable order. A folder is searched
     recursively: DSH session logs the way DSH keeps them (the newest generation of each
     log only), and other JSONL and text recordings beside them."""
-    from loopbreak.transcripts.dsh import find_dsh_logs, is_dsh_log_name
+    from loopbreak.offline.transcripts.dsh import find_dsh_logs, is_dsh_log_name
 
     found: list[Path] = []
     for raw in paths:

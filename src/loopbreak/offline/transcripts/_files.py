@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import IO, cast
 
 from loopbreak._errors import InputError
-from loopbreak.transcripts._model import ReadReport
+from loopbreak.offline.transcripts._model import ReadReport
 
 
 def open_binary(path: Path) -> IO[bytes]:

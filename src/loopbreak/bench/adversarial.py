@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loopbreak._bench import (
+from loopbreak._engine.trip import CHANNELS
+from loopbreak.bench.throughput import (
     Clock,
     OnProgress,
     Peer,
@@ -39,7 +40,6 @@ from loopbreak._bench import (
     loopbreak_subject,
     measure_throughput,
 )
-from loopbreak._engine.trip import CHANNELS
 
 TARGET_CHARS_PER_S = 1_000_000
 """No engine input may be judged slower than this."""
@@ -234,7 +234,7 @@ def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     first time with the tool-result caches empty, then as every later request finds them."""
     from loopbreak._config import Config
     from loopbreak._engine import tool_failure
-    from loopbreak._history import replay
+    from loopbreak._recovery.history import replay
 
     body = history_body(max(20, int(800 * scale)))
     size = len(json.dumps(body))

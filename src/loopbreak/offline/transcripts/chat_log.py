@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from loopbreak._engine.tool_failure import looks_like_failure
-from loopbreak.transcripts._model import (
+from loopbreak.offline.transcripts._model import (
     Delta,
     Event,
     ReadReport,
@@ -243,7 +243,7 @@ def _parse(line: str) -> Any:
 
 def read_chat_log(path: str | Path) -> Iterator[Event]:
     """The events of one OpenAI- or Anthropic-style JSONL log."""
-    from loopbreak.transcripts._files import open_text_lines
+    from loopbreak.offline.transcripts._files import open_text_lines
 
     path = Path(path)
     report = ReadReport(str(path))

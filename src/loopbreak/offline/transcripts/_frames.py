@@ -6,7 +6,7 @@ frames by their block headers (the layout of RFC 8878, the same walk as dsh's
 own ``scanZstdFrames``) before decompressing any of them, which tells an intact
 frame from a torn one without reading the file into memory: only frames that
 are whole on disk are decompressed, and what could not be read is counted in
-the :class:`~loopbreak.transcripts._model.ReadReport`.
+the :class:`~loopbreak.offline.transcripts._model.ReadReport`.
 
 ``zstandard`` is optional (``pip install 'loopbreak[logs]'``) and imported only
 when a compressed log is actually read.
@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import BinaryIO, Final
 
 from loopbreak._errors import InputError
-from loopbreak.transcripts._model import ReadReport
+from loopbreak.offline.transcripts._model import ReadReport
 
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _SKIPPABLE_LOW: Final = 0x184D2A50

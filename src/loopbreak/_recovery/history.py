@@ -27,7 +27,7 @@ from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
 from loopbreak._engine.trip import Trip
-from loopbreak._requests import thinking_off
+from loopbreak._recovery.requests import thinking_off
 
 Kind = Literal["openai", "anthropic"]
 

@@ -1,0 +1,134 @@
+"""OpenAI chat-completion chunks read once for every face, and the pieces a guard judges.
+
+A chunk arrives as parsed JSON (the proxy), as an ``openai`` SDK object, or as LiteLLM's
+own object; :func:`openai_pieces` reads any of them the same way: ``choices[0].delta``'s
+reasoning (``reasoning_content`` or ``reasoning``), text (``content``) and tool-call pieces,
+then its ``finish_reason``. :func:`feed_piece` hands a piece to a call guard, the same way
+for every face: a finish (or the end of a tool block) closes the open tool call, which
+releases a trip that waited for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loopbreak._engine.call_guard import CallGuard
+from loopbreak._engine.trip import Trip
+
+PieceKind = Literal["reasoning", "text", "tool", "block_start", "block_stop", "finish", "usage",
+                    "done", "start", "error", "other"]
+
+
+@dataclass
+class Piece:
+    """One meaningful part of a chunk or event."""
+
+    kind: PieceKind
+    text: str = ""
+    key: int | str | None = None
+    name: str = ""
+
+
+class MalformedChunk(ValueError):
+    """A chunk whose shape is not a chat-completion chunk's (read with ``strict``)."""
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]``, whichever the object has; ``None`` otherwise."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None)
+        if isinstance(extra, dict):
+            value = extra.get(name)
+    return value
+
+
+def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
+    """The pieces of the first choice of one chunk, in the order a guard must see them.
+    ``strict``: a chunk without a choices list, or with a delta that is not an object, is
+    :class:`MalformedChunk` (the proxy reads untrusted bytes); otherwise it has no pieces."""
+    choices = _getter(chunk)("choices")
+    if not isinstance(choices, list):
+        if strict:
+            raise MalformedChunk("event has no choices list")
+        return []
+    pieces: list[Piece] = []
+    for choice in choices:
+        if choice is None:
+            continue
+        of_choice = _getter(choice)
+        if (of_choice("index") or 0) != 0:
+            continue
+        delta = of_choice("delta")
+        if delta is not None and strict and not isinstance(delta, dict):
+            raise MalformedChunk("choice delta is not an object")
+        if delta is not None:
+            of_delta = _getter(delta)
+            for name in ("reasoning_content", "reasoning"):
+                value = of_delta(name)
+                if isinstance(value, str) and value:
+                    pieces.append(Piece("reasoning", value))
+            content = of_delta("content")
+            if isinstance(content, str) and content:
+                pieces.append(Piece("text", content))
+            for call in of_delta("tool_calls") or []:
+                key = field(call, "index")
+                key = key if key is not None else field(call, "id")
+                key = key if key is not None else 0
+                function = field(call, "function")
+                tool = field(function, "name") if function is not None else None
+                args = field(function, "arguments") if function is not None else None
+                if isinstance(key, (int, str)):
+                    pieces.append(Piece("tool", args if isinstance(args, str) else "", key,
+                                        tool if isinstance(tool, str) else ""))
+        finish = of_choice("finish_reason")
+        if isinstance(finish, str) and finish:
+            pieces.append(Piece("finish", finish))
+    return pieces
+
+
+def _getter(obj: Any) -> Callable[[str], Any]:
+    # Parsed JSON is read with dict.get (the proxy's hot path); objects through field().
+    if isinstance(obj, dict):
+        return obj.get
+    return lambda name: field(obj, name)
+
+
+def feed_piece(guard: CallGuard, piece: Piece) -> Trip | None:
+    """Hand one piece to ``guard``; the trip to act on now, if any."""
+    kind = piece.kind
+    if kind == "reasoning" or kind == "text":
+        return guard.feed(kind, piece.text)
+    if kind == "tool" and piece.key is not None:
+        # The guard keeps each call's name and arguments (in pieces, joined once).
+        guard.tool_call_delta(piece.key, piece.name, piece.text)
+        return None
+    if kind == "block_stop" and piece.key is not None \
+            and any(record.key == piece.key for record in guard.tool_calls):
+        return guard.close_tool_call(piece.key)
+    if kind == "finish":
+        return guard.close_tool_call()
+    return None
+
+
+def feed_openai_chunk(guard: CallGuard, chunk: Any) -> Trip | None:
+    """Judge one chunk; the trip to act on now, if any."""
+    trip: Trip | None = None
+    for piece in openai_pieces(chunk):
+        trip = feed_piece(guard, piece) or trip
+    return trip
+
+
+def carries_tool_calls(chunk: Any) -> bool:
+    """Whether a chunk carries a piece of a tool call."""
+    return any(piece.kind == "tool" for piece in openai_pieces(chunk))
+
+
+def written_text(chunk: Any) -> str:
+    """The reasoning and text a chunk carries."""
+    return "".join(piece.text for piece in openai_pieces(chunk)
+                   if piece.kind in ("reasoning", "text"))
