@@ -97,7 +97,8 @@ def test_every_key_can_be_set_from_the_environment() -> None:
         raw = str(default).lower() if isinstance(default, bool) else str(default)
         loaded = load_config(env={env_var(key): raw})
         section, name = key.split(".", 1)
-        assert getattr(getattr(loaded.config, section), name) == default
+        holder = loaded.proxy if section == "proxy" else getattr(loaded.config, section)
+        assert getattr(holder, name) == default
         assert loaded.sources[key] == env_var(key)
 
 
@@ -130,3 +131,20 @@ def test_config_show_bad_file_is_one_line(tmp_path: Path,
     assert main(["config", "show", "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("loopbreak: error: cycle.max_period")
+
+
+def test_the_proxy_settings_load_beside_the_engine_config(tmp_path: Path) -> None:
+    """The engine's Config carries no proxy settings; the file's [proxy] section is loaded
+    beside it, and the keys that moved to [recovery] are still read under their old names."""
+    path = tmp_path / "loopbreak.toml"
+    path.write_text('[proxy]\nidle_timeout = 60\ndialect = "vllm"\n\n[cycle]\nmax_period = 600\n')
+    loaded = load_config(path, env={"LOOPBREAK_PROXY__RETRY_EFFORT": "minimal"})
+    assert not hasattr(loaded.config, "proxy")
+    assert loaded.proxy.idle_timeout == 60 and loaded.config.cycle.max_period == 600
+    assert loaded.config.recovery.dialect == "vllm"
+    assert loaded.config.recovery.retry_effort == "minimal"
+    shown = {info.key: info for info in loaded.keys()}
+    assert shown["proxy.idle_timeout"].value == 60
+    assert shown["recovery.dialect"].source == str(path)
+    with pytest.raises(ConfigError, match="setting of the proxy, not of the engine"):
+        Config().replace(**{"proxy.idle_timeout": 5.0})

@@ -414,18 +414,19 @@ class RecoveryConfig(_Section):
     notice: bool = _key(True, "Tell the model what was cut and to carry on.")
     language: str = _key("auto", "Language of model-facing notices; auto follows the conversation.",
                                  choices=("auto", "en", "zh"))
-
-
-@dataclass(frozen=True)
-class ProxyConfig(_Section):
-    """How ``loopbreak proxy`` talks to the upstream (the engine never reads these)."""
-
     dialect: str = _key("auto", "How a retry turns thinking off: auto reads the request (thinking, "
-                        "chat_template_kwargs, think, reasoning_effort).",
+                        "chat_template_kwargs, think, reasoning_effort), else asks the upstream.",
                         choices=("auto", "deepseek", "anthropic", "vllm", "ollama", "openai",
                                  "none"))
     retry_effort: str = _key("low", "reasoning_effort a retry asks of an OpenAI-style upstream.",
                              choices=("minimal", "low", "none"))
+
+
+@dataclass(frozen=True)
+class ProxyConfig(_Section):
+    """How ``loopbreak proxy`` serves and talks to the upstream: a section of the same file,
+    kept apart from :class:`Config` (the engine and the other faces never read it)."""
+
     max_body_bytes: int = _key(32 << 20, "Largest request body accepted (413 beyond).",
                                low=1024, high=1 << 31)
     max_response_bytes: int = _key(64 << 20, "Largest whole (non-streamed) upstream answer "
@@ -458,7 +459,6 @@ class Config:
     stall: StallConfig = field(default_factory=StallConfig)
     tool_failure: ToolFailureConfig = field(default_factory=ToolFailureConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
-    proxy: ProxyConfig = field(default_factory=ProxyConfig)
 
     def __post_init__(self) -> None:
         br = self.block_repeat
@@ -470,20 +470,31 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         """A copy with dotted keys changed: ``config.replace(**{"cycle.max_period": 0})``."""
+        for key in changes:
+            if _moved(key).startswith("proxy."):
+                raise ConfigError(f"{key} is a setting of the proxy, not of the engine: pass "
+                                  f"ProxyConfig({key.split('.', 1)[1]}=...) to the proxy")
         return _build(self, {k: (v, "override") for k, v in changes.items()})[0]
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         """Every key and value, by section."""
         return {
             name: {f.name: getattr(getattr(self, name), f.name) for f in dataclasses.fields(cls)}
-            for name, cls in _SECTIONS.items()
+            for name, cls in _SECTIONS.items() if name != "proxy"
         }
 
 
 _SECTIONS: dict[str, type[Any]] = {
-    f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
-    for f in dataclasses.fields(Config)
+    **{f.name: f.type if isinstance(f.type, type) else globals()[str(f.type)]
+       for f in dataclasses.fields(Config)},
+    "proxy": ProxyConfig,  # the same file's; loaded beside the Config, not inside it
 }
+# Keys that moved to another section: still read from files, variables and overrides.
+_MOVED_KEYS = {"proxy.dialect": "recovery.dialect", "proxy.retry_effort": "recovery.retry_effort"}
+
+
+def _moved(key: str) -> str:
+    return _MOVED_KEYS.get(key, key)
 _SECTION_NAMES: dict[type[Any], str] = {cls: name for name, cls in _SECTIONS.items()}
 
 
@@ -515,22 +526,27 @@ def _unknown(key: str, where: str) -> ConfigError:
     return ConfigError(f"unknown key {key!r} in {where}{hint}")
 
 
-def _build(base: Config, values: Mapping[str, tuple[Any, str]]) -> tuple[Config, dict[str, str]]:
-    """Apply dotted-key values to ``base``; return the config and each key's source."""
+def _build(base: Config, values: Mapping[str, tuple[Any, str]],
+           proxy: ProxyConfig | None = None) -> tuple[Config, dict[str, str], ProxyConfig]:
+    """Apply dotted-key values to ``base`` (and ``proxy.*`` ones to ``proxy``); return the
+    config, each key's source, and the proxy's settings."""
     per_section: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}
-    for key, (value, source) in values.items():
+    for raw_key, (value, source) in values.items():
+        key = _moved(raw_key)
         if key not in _FIELDS:
-            raise _unknown(key, source)
+            raise _unknown(raw_key, source)
         section, name = key.split(".", 1)
         per_section.setdefault(section, {})[name] = value
         sources[key] = source
     try:
+        proxy_changes = per_section.pop("proxy", {})
+        proxy = dataclasses.replace(proxy or ProxyConfig(), **proxy_changes)
         sections = {
             name: dataclasses.replace(getattr(base, name), **changes)
             for name, changes in per_section.items()
         }
-        return dataclasses.replace(base, **sections), sources
+        return dataclasses.replace(base, **sections), sources, proxy
     except ConfigError as exc:
         key = str(exc).split(" ", 1)[0]
         if key in sources:
@@ -586,15 +602,18 @@ class LoadedConfig:
     config: Config
     sources: Mapping[str, str]
     path: Path | None
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    """The file's ``[proxy]`` section: the proxy's own settings."""
 
     def keys(self) -> list[KeyInfo]:
         """Every key with value, default, source and allowed values."""
         out = []
         for key, f in iter_keys():
             section, name = key.split(".", 1)
+            holder = self.proxy if section == "proxy" else getattr(self.config, section)
             out.append(KeyInfo(
                 key=key,
-                value=getattr(getattr(self.config, section), name),
+                value=getattr(holder, name),
                 default=f.default,
                 source=self.sources.get(key, "default"),
                 allowed=_describe(f),
@@ -639,11 +658,11 @@ def load_config(
         if not var.startswith(ENV_PREFIX) or var == ENV_CONFIG_FILE or "__" not in var:
             continue
         section, _, name = var[len(ENV_PREFIX):].partition("__")
-        key = f"{section.lower()}.{name.lower()}"
+        key = _moved(f"{section.lower()}.{name.lower()}")
         if key not in _FIELDS:
             raise _unknown(key, var)
         values[key] = (_parse_env(key, raw_value, var), var)
     for key, value in (overrides or {}).items():
         values[key] = (value, "override")
-    config, sources = _build(Config(), values)
-    return LoadedConfig(config=config, sources=sources, path=file_path)
+    config, sources, proxy = _build(Config(), values)
+    return LoadedConfig(config=config, sources=sources, path=file_path, proxy=proxy)

@@ -29,7 +29,7 @@ import httpx
 import openai
 import pytest
 
-from loopbreak import Config, ProxyConfig, RecoveryConfig, StallConfig
+from loopbreak import Config, RecoveryConfig, StallConfig
 from loopbreak._engine.trip import Trip
 from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_chars
@@ -456,7 +456,7 @@ def test_retry_request_per_dialect() -> None:
     assert "stream_options" not in vllm
     # Configured dialects win over the provider's name; the request is not changed.
     forced = retry_request({**proxied, "deployment": deployment("openai/qwen3")}, "N",
-                           Config(proxy=ProxyConfig(dialect="vllm")))
+                           Config(recovery=RecoveryConfig(dialect="vllm")))
     assert forced["extra_body"]["chat_template_kwargs"]["enable_thinking"] is False
     assert proxied["messages"] == MESSAGES and "deployment" not in proxied
 

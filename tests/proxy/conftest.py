@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from loopbreak import Config
+from loopbreak import Config, ProxyConfig
 from loopbreak.proxy.server import ProxyServer
 from loopbreak.testing import ScriptedUpstream
 
@@ -16,8 +16,9 @@ def proxy_for(upstream: ScriptedUpstream) -> Iterator[Callable[..., ProxyServer]
     started: list[ProxyServer] = []
 
     def start(config: Config | None = None, *, base: str | None = None,
-              config_path: str | None = None) -> ProxyServer:
-        server = ProxyServer(base or upstream.url, config=config, config_path=config_path)
+              config_path: str | None = None, proxy: ProxyConfig | None = None) -> ProxyServer:
+        server = ProxyServer(base or upstream.url, config=config, proxy=proxy,
+                             config_path=config_path)
         started.append(server.start())
         return server
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from loopbreak import Config
+from loopbreak import ProxyConfig
 from loopbreak._samples import verbatim_loop
 from loopbreak.proxy.app import upstream_url
 from loopbreak.proxy.server import ProxyServer
@@ -103,7 +103,7 @@ def test_a_refused_upstream_is_a_502_in_the_clients_format(proxy_for: ProxyFacto
 
 
 def test_a_silent_upstream_is_a_504(upstream: ScriptedUpstream, proxy_for: ProxyFactory) -> None:
-    proxy = proxy_for(Config().replace(**{"proxy.idle_timeout": 1.0}))
+    proxy = proxy_for(proxy=ProxyConfig(idle_timeout=1.0))
     upstream.enqueue(Script.openai(text="late").delivered(headers_delay=5))
     with httpx.Client(timeout=10) as client:
         response = client.post(proxy.url + "/v1/chat/completions", json=CHAT)
@@ -112,7 +112,7 @@ def test_a_silent_upstream_is_a_504(upstream: ScriptedUpstream, proxy_for: Proxy
 
 def test_a_stalled_stream_ends_with_a_lawful_error(upstream: ScriptedUpstream,
                                                    proxy_for: ProxyFactory) -> None:
-    proxy = proxy_for(Config().replace(**{"proxy.idle_timeout": 1.0}))
+    proxy = proxy_for(proxy=ProxyConfig(idle_timeout=1.0))
     upstream.enqueue(Script.openai(text="0123456789" * 5, piece_chars=5).stalling(4))
     with pytest.raises(openai.APIError, match="broke off"):
         _stream_text(proxy)
@@ -136,7 +136,7 @@ def test_client_disconnect_closes_the_upstream_within_100_ms(upstream: ScriptedU
 
 
 def test_bad_requests_get_a_clear_4xx(upstream: ScriptedUpstream, proxy_for: ProxyFactory) -> None:
-    proxy = proxy_for(Config().replace(**{"proxy.max_body_bytes": 4096}))
+    proxy = proxy_for(proxy=ProxyConfig(max_body_bytes=4096))
     with httpx.Client(timeout=10) as client:
         big = client.post(proxy.url + "/v1/chat/completions",
                           json={**CHAT, "messages": [{"role": "user", "content": "x" * 10000}]})

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from loopbreak import Config
+from loopbreak import ProxyConfig
 from loopbreak._samples import verbatim_loop
 from loopbreak.proxy.metrics import Metrics
 from loopbreak.proxy.server import ProxyServer
@@ -129,7 +129,7 @@ def test_a_whole_answer_cut_after_its_head_is_a_502(upstream: ScriptedUpstream,
 
 def test_a_whole_answer_that_stalls_after_its_head_is_a_504(upstream: ScriptedUpstream,
                                                             proxy_for: ProxyFactory) -> None:
-    proxy = proxy_for(Config().replace(**{"proxy.idle_timeout": 1.0}))
+    proxy = proxy_for(proxy=ProxyConfig(idle_timeout=1.0))
     upstream.enqueue(Script.anthropic(text="a complete answer").cutting_body(30, stall=True,
                                                                             seconds=5))
     with httpx.Client(timeout=10) as client:
@@ -140,7 +140,7 @@ def test_a_whole_answer_that_stalls_after_its_head_is_a_504(upstream: ScriptedUp
 
 def test_a_whole_answer_larger_than_the_limit_is_a_502(upstream: ScriptedUpstream,
                                                        proxy_for: ProxyFactory) -> None:
-    proxy = proxy_for(Config().replace(**{"proxy.max_response_bytes": 4096}))
+    proxy = proxy_for(proxy=ProxyConfig(max_response_bytes=4096))
     upstream.enqueue(Script.openai(text="x" * 10_000))
     with httpx.Client(timeout=10) as client:
         response = client.post(proxy.url + "/v1/chat/completions", json=CHAT)

@@ -564,7 +564,7 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ``config``: the loopbreak configuration (``loopbreak.load_config()`` reads the
     file and ``LOOPBREAK_*``); ``language``: of the notices (default
     ``recovery.language``); ``dialect``: how a retry turns thinking off (default
-    ``proxy.dialect``: ``auto`` reads the model's ``extra_body`` / ``reasoning_effort``);
+    ``recovery.dialect``: ``auto`` reads the model's ``extra_body`` / ``reasoning_effort``);
     ``handle_tool_errors``: an exception a tool raises becomes an error ``ToolMessage``
     the model reads (otherwise it is recorded and re-raised); ``max_sessions``: how many
     conversations are remembered (least recently used go first).
@@ -580,7 +580,7 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             raise ValueError(f"max_sessions must be >= 1: {max_sessions!r}")
         self.config = config or Config()
         self.language = language
-        self.dialect = dialect or self.config.proxy.dialect
+        self.dialect = dialect or self.config.recovery.dialect
         self.handle_tool_errors = handle_tool_errors
         self.max_sessions = max_sessions
         self.tools = []
@@ -685,7 +685,7 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         retry = None
         if plan.mode == "retry":
             model, settings = _thinking_off(request.model, request.model_settings,
-                                            self.dialect, self.config.proxy.retry_effort)
+                                            self.dialect, self.config.recovery.retry_effort)
             retry = request.override(model=model, model_settings=settings,
                                      messages=[*request.messages,
                                                HumanMessage(content=plan.notice)])

@@ -187,7 +187,7 @@ def retry_request(request_data: Mapping[str, Any], notice: str,
     """The keyword arguments that re-ask ``request_data`` (what LiteLLM's proxy handed the
     hook) without thinking, with ``notice`` as the newest user text.
 
-    The dialect is ``proxy.dialect``; ``auto`` reads the request, then the provider of the
+    The dialect is ``recovery.dialect``; ``auto`` reads the request, then the provider of the
     model (``anthropic/...``: Anthropic's ``thinking``; ``hosted_vllm/...``:
     ``chat_template_kwargs``; ``ollama/...``: ``think``; a DeepSeek model: ``thinking``).
     LiteLLM takes ``reasoning_effort`` (and, for Anthropic, ``thinking``) by name; the
@@ -197,14 +197,14 @@ def retry_request(request_data: Mapping[str, Any], notice: str,
     body = _forwarded(request_data)
     said = dict(body.pop("extra_body", None) or {})
     said.update({k: body.pop(k) for k in _THINKING_KEYS if k in body})
-    dialect = config.proxy.dialect
+    dialect = config.recovery.dialect
     if dialect == "auto":
         # Anthropic's models take ``thinking`` by name whatever the request says; other
         # requests that name a thinking key are read as they are.
         provider = _provider_dialect(request_data)
         if provider == "anthropic" or not any(k in said for k in _THINKING_KEYS):
             dialect = provider
-    said = thinking_off(said, "openai", dialect, config.proxy.retry_effort)
+    said = thinking_off(said, "openai", dialect, config.recovery.retry_effort)
     named = ("reasoning_effort", "thinking") if dialect == "anthropic" else ("reasoning_effort",)
     body.update({k: said.pop(k) for k in named if k in said})
     if said:

@@ -216,7 +216,7 @@ class GuardedCompletion:
             if plan.shown:
                 yield _chunk(None, plan.shown + "\n\n", finish=None)
             kwargs = thinking_off_kwargs(self.kwargs, self.dialect,
-                                         self.config.proxy.retry_effort)
+                                         self.config.recovery.retry_effort)
             kwargs["messages"] = [*kwargs.get("messages", []),
                                   {"role": "user", "content": plan.notice}]
 

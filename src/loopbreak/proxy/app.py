@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loopbreak._config import Config, load_config
+from loopbreak._config import Config, ProxyConfig, load_config
 from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
@@ -88,9 +88,13 @@ class ConfigSource:
     deleted file is reported when it happens, not at the next request; the last good
     configuration stays in force until a valid file replaces it."""
 
-    def __init__(self, path: str | None, config: Config | None = None) -> None:
+    def __init__(self, path: str | None, config: Config | None = None,
+                 proxy: ProxyConfig | None = None) -> None:
         self.path = Path(path) if path else None
-        self.config = config or load_config(path).config
+        # What is not given comes from the file (or the defaults and $LOOPBREAK_* variables).
+        loaded = load_config(path) if config is None or (proxy is None and path) else None
+        self.config = config or (loaded.config if loaded else Config())
+        self.proxy = proxy or (loaded.proxy if loaded else ProxyConfig())
         self._mtime = self._stat()
         self._missing = False
 
@@ -120,7 +124,8 @@ class ConfigSource:
             return
         self._mtime = mtime
         try:
-            self.config = load_config(self.path).config
+            loaded = load_config(self.path)
+            self.config, self.proxy = loaded.config, loaded.proxy
             log_event("config-reloaded", logging.INFO, path=str(self.path))
         except ConfigError as exc:
             log_event("config-rejected", logging.ERROR, path=str(self.path), error=str(exc))
@@ -128,7 +133,7 @@ class ConfigSource:
     async def watch(self) -> None:
         """Check the file every ``proxy.reload_seconds`` until cancelled."""
         while True:
-            await asyncio.sleep(self.config.proxy.reload_seconds)
+            await asyncio.sleep(self.proxy.reload_seconds)
             self.check()
 
 
@@ -219,11 +224,11 @@ class ProxyApp:
     """``loopbreak proxy`` as an ASGI app: ``ProxyApp("https://api.deepseek.com")``."""
 
     def __init__(self, upstream: str, *, config_path: str | None = None,
-                 config: Config | None = None) -> None:
+                 config: Config | None = None, proxy: ProxyConfig | None = None) -> None:
         if urlsplit(upstream).scheme not in ("http", "https") or not urlsplit(upstream).netloc:
             raise ConfigError(f"--upstream must be an http(s) URL, not {upstream!r}")
         self.upstream = upstream.rstrip("/")
-        self.source = ConfigSource(config_path, config)
+        self.source = ConfigSource(config_path, config, proxy)
         self.metrics = Metrics()
         self._session: Any = None
         self._watcher: asyncio.Future[None] | None = None
@@ -333,10 +338,11 @@ class ProxyApp:
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, kind: Kind) -> None:
         config = self.source.get()
-        raw = await self._read_body(receive, config.proxy.max_body_bytes)
+        settings = self.source.proxy
+        raw = await self._read_body(receive, settings.max_body_bytes)
         if raw is None:
             await self._respond(send, 413, error_body(
-                kind, 413, f"request body larger than {config.proxy.max_body_bytes:,} bytes"),
+                kind, 413, f"request body larger than {settings.max_body_bytes:,} bytes"),
                 "application/json")
             return
         try:
@@ -365,7 +371,7 @@ class ProxyApp:
                 await self._cancelled(send, kind, body, reaction.notice)
                 return
         url = upstream_url(self.upstream, scope["path"], scope.get("query_string", b"").decode())
-        opener = self._opener(url, headers, config)
+        opener = self._opener(url, headers, settings)
         model = str(body.get("model") or "")
 
         def asker() -> Awaitable[str]:
@@ -413,15 +419,15 @@ class ProxyApp:
                   dialect=dialect)
         return dialect
 
-    def _opener(self, url: str, headers: dict[str, str], config: Config
+    def _opener(self, url: str, headers: dict[str, str], settings: ProxyConfig
                 ) -> Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]:
         async def open_upstream(body: dict[str, Any]) -> UpstreamResponse:
             import aiohttp
 
             session = await self._client_session()
             data = json.dumps(body, ensure_ascii=False).encode()
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.proxy.connect_timeout,
-                                            sock_read=config.proxy.idle_timeout)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
+                                            sock_read=settings.idle_timeout)
             try:
                 # The guard reads what it relays: ask for it uncompressed.
                 response = await session.post(url, data=data, headers={
@@ -429,7 +435,7 @@ class ProxyApp:
                     "accept-encoding": "identity"}, timeout=timeout)
             except asyncio.TimeoutError:
                 self.metrics.add("loopbreak_upstream_errors_total", kind="timeout")
-                message = f"the upstream did not answer within {config.proxy.idle_timeout:g} s"
+                message = f"the upstream did not answer within {settings.idle_timeout:g} s"
                 log_event("upstream-error", status=504, error=message)
                 raise UpstreamError(504, message) from None
             except aiohttp.ClientError as exc:
@@ -470,8 +476,9 @@ class ProxyApp:
                       model=model, session=session, recovery=recovery)
 
         call = StreamRelay(kind, body, view, config, opener, client,
-                           dialect=config.proxy.dialect, effort=config.proxy.retry_effort,
-                           on_trip=on_trip, upstream_dialect=ask_dialect)
+                           dialect=config.recovery.dialect, effort=config.recovery.retry_effort,
+                           on_trip=on_trip, upstream_dialect=ask_dialect,
+                           max_response_bytes=self.source.proxy.max_response_bytes)
         self.metrics.add("loopbreak_streams_active", 1)
         relay = asyncio.ensure_future(call.run())
         watcher = asyncio.ensure_future(_disconnected(receive))
@@ -500,7 +507,7 @@ class ProxyApp:
                      ask_dialect: Callable[[], Awaitable[str]]) -> None:
         """A non-streaming request: nothing can be saved any more, but a reasoning-only answer
         that looped is asked again without thinking, once per turn."""
-        limit = config.proxy.max_response_bytes
+        limit = self.source.proxy.max_response_bytes
         try:
             response = await opener(body)
             try:
@@ -528,11 +535,11 @@ class ProxyApp:
             # is asked again.
             if not trip[1] and plan.mode == "retry":
                 notice = plan.notice
-                dialect = config.proxy.dialect
+                dialect = config.recovery.dialect
                 named = requested_dialect(body, kind)
                 if dialect == "auto" and named == "none":
                     dialect = await ask_dialect()
-                retry = with_note(thinking_off(body, kind, dialect, config.proxy.retry_effort),
+                retry = with_note(thinking_off(body, kind, dialect, config.recovery.retry_effort),
                                   kind, notice)
                 plain = with_note(body, kind, notice)
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
@@ -596,9 +603,9 @@ class ProxyApp:
                 if not message.get("more_body"):
                     return
 
-        config = self.source.get()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.proxy.connect_timeout,
-                                        sock_read=config.proxy.idle_timeout)
+        settings = self.source.proxy
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
+                                        sock_read=settings.idle_timeout)
         started = False
         try:
             async with session.request(scope["method"], url, headers=self._forward_headers(scope),

@@ -114,7 +114,8 @@ class StreamRelay:
     def __init__(self, kind: Kind, body: dict[str, Any], view: HistoryView, config: Config,
                  opener: Opener, client: ClientSink, *, dialect: str = "auto",
                  effort: str = "low", on_trip: Callable[[Trip, str], None] | None = None,
-                 upstream_dialect: Callable[[], Awaitable[str]] | None = None) -> None:
+                 upstream_dialect: Callable[[], Awaitable[str]] | None = None,
+                 max_response_bytes: int = 64 << 20) -> None:
         self.kind = kind
         self.body = body
         self.view = view
@@ -125,6 +126,7 @@ class StreamRelay:
         self.effort = effort
         self.on_trip = on_trip
         self.upstream_dialect = upstream_dialect
+        self.max_response_bytes = max_response_bytes
         self.stream: Stream = OpenAIStream() if kind == "openai" else AnthropicStream()
         self.outcome = Outcome()
         self._content_sent = False
@@ -361,7 +363,7 @@ class StreamRelay:
     async def _pass_error(self, response: UpstreamResponse) -> None:
         """An upstream 4xx/5xx goes to the client unchanged (status, headers, body)."""
         try:
-            body = await response.read(self.config.proxy.max_response_bytes)
+            body = await response.read(self.max_response_bytes)
         except UpstreamError as exc:
             await self._fail(exc.status, str(exc))
             return

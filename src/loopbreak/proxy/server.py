@@ -11,7 +11,7 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from loopbreak._config import Config
+from loopbreak._config import Config, ProxyConfig
 from loopbreak.proxy.app import ProxyApp
 
 
@@ -19,9 +19,10 @@ class ProxyServer:
     """``with ProxyServer(upstream_url) as proxy: openai.OpenAI(base_url=proxy.url + "/v1")``"""
 
     def __init__(self, upstream: str, *, config: Config | None = None,
+                 proxy: ProxyConfig | None = None,
                  config_path: str | None = None, host: str = "127.0.0.1", port: int = 0,
                  loop: str = "auto") -> None:
-        self.app = ProxyApp(upstream, config=config, config_path=config_path)
+        self.app = ProxyApp(upstream, config=config, proxy=proxy, config_path=config_path)
         self.host = host
         self._port = port
         self._loop_kind = loop
