@@ -143,7 +143,8 @@ def test_the_proxy_settings_load_beside_the_engine_config(tmp_path: Path) -> Non
     assert loaded.proxy.idle_timeout == 60 and loaded.config.cycle.max_period == 600
     assert loaded.config.recovery.dialect == "vllm"
     assert loaded.config.recovery.retry_effort == "minimal"
-    shown = {info.key: info for info in loaded.keys()}
+    infos = loaded.keys()  # KeyInfo rows, not a mapping
+    shown = {info.key: info for info in infos}
     assert shown["proxy.idle_timeout"].value == 60
     assert shown["recovery.dialect"].source == str(path)
     with pytest.raises(ConfigError, match="setting of the proxy, not of the engine"):
