@@ -10,7 +10,6 @@ releases a trip that waited for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,7 +50,7 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
     """The pieces of the first choice of one chunk, in the order a guard must see them.
     ``strict``: a chunk without a choices list, or with a delta that is not an object, is
     :class:`MalformedChunk` (the proxy reads untrusted bytes); otherwise it has no pieces."""
-    choices = _getter(chunk)("choices")
+    choices = _get(chunk, "choices")
     if not isinstance(choices, list):
         if strict:
             raise MalformedChunk("event has no choices list")
@@ -60,22 +59,20 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
     for choice in choices:
         if choice is None:
             continue
-        of_choice = _getter(choice)
-        if (of_choice("index") or 0) != 0:
+        if (_get(choice, "index") or 0) != 0:
             continue
-        delta = of_choice("delta")
+        delta = _get(choice, "delta")
         if delta is not None and strict and not isinstance(delta, dict):
             raise MalformedChunk("choice delta is not an object")
         if delta is not None:
-            of_delta = _getter(delta)
             for name in ("reasoning_content", "reasoning"):
-                value = of_delta(name)
+                value = _get(delta, name)
                 if isinstance(value, str) and value:
                     pieces.append(Piece("reasoning", value))
-            content = of_delta("content")
+            content = _get(delta, "content")
             if isinstance(content, str) and content:
                 pieces.append(Piece("text", content))
-            for call in of_delta("tool_calls") or []:
+            for call in _get(delta, "tool_calls") or []:
                 key = field(call, "index")
                 key = key if key is not None else field(call, "id")
                 key = key if key is not None else 0
@@ -85,17 +82,17 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
                 if isinstance(key, (int, str)):
                     pieces.append(Piece("tool", args if isinstance(args, str) else "", key,
                                         tool if isinstance(tool, str) else ""))
-        finish = of_choice("finish_reason")
+        finish = _get(choice, "finish_reason")
         if isinstance(finish, str) and finish:
             pieces.append(Piece("finish", finish))
     return pieces
 
 
-def _getter(obj: Any) -> Callable[[str], Any]:
-    # Parsed JSON is read with dict.get (the proxy's hot path); objects through field().
-    if isinstance(obj, dict):
-        return obj.get
-    return lambda name: field(obj, name)
+def _get(obj: Any, name: str) -> Any:
+    # Parsed JSON (the proxy's hot path) is read with dict.get; objects through field().
+    if type(obj) is dict:
+        return obj.get(name)
+    return field(obj, name)
 
 
 def feed_piece(guard: CallGuard, piece: Piece) -> Trip | None:

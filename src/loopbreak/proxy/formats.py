@@ -80,10 +80,11 @@ class OpenAIStream:
         except MalformedChunk as exc:
             raise BrokenStream(str(exc)) from None
         choices = obj["choices"]
-        for choice in choices:
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            if isinstance(delta, dict) and delta.get("role"):
-                self.sent_role = True
+        if not self.sent_role:
+            for choice in choices:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if isinstance(delta, dict) and delta.get("role"):
+                    self.sent_role = True
         for piece in pieces:
             if piece.kind == "tool" and piece.key is not None:
                 self.tool_keys.add(piece.key)

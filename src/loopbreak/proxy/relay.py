@@ -230,9 +230,13 @@ class StreamRelay:
                         if held is None and isinstance(stream, AnthropicStream) else None
                     pieces = stream.parse(event)
                     trip: Trip | None = None
+                    has_tool = False
                     for piece in pieces:
                         trip = feed_piece(guard, piece) or trip
-                        if piece.kind in ("finish", "done"):
+                        kind = piece.kind
+                        if kind == "tool":
+                            has_tool = True
+                        elif kind == "finish" or kind == "done":
                             finished = True
                     if held is None and self._holds(pieces):
                         held = []
@@ -264,7 +268,7 @@ class StreamRelay:
                     out = self._out(event, pieces, continuing)
                     if out:
                         outbox.append(out)
-                        if any(p.kind == "tool" for p in pieces):
+                        if has_tool:
                             self._tools_sent = True
                     if any(p.kind == "done" for p in pieces):
                         await self._flush(outbox)
