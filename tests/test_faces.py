@@ -3,7 +3,10 @@ SDK through it), the openai wrapper, the LiteLLM hook (``litellm.acompletion``'s
 and the LangChain middleware (a real agent over ``ChatOpenAI``). Each must end the same way:
 the same finish reason, the notice shown, the same number of model requests, thinking off on
 the retry, an error where the configuration asks for one. They all carry out one plan
-(``loopbreak._recovery``); this table is what keeps them from drifting apart again."""
+(``loopbreak._recovery``); this table is what keeps them from drifting apart again. The faces
+that read the request's own history (the proxy, the LiteLLM hook) also deny a call that
+failed three times alike: not relayed, the model re-asked with the reason, and a model that
+insists ends with the reason."""
 
 from __future__ import annotations
 
@@ -195,3 +198,88 @@ def test_every_face_ends_a_situation_the_same_way(face: str, situation: str) -> 
         seen = FACES[face](upstream, config)
         outcome = _outcome(seen, upstream)
     assert outcome == expected, f"{face}: {seen}"
+
+
+# --- denials: the faces that read the request's own history (the tool breaker's decisions
+# in the other hosts are the engine's SessionGuard, tested with each adapter) ----------------
+
+DENIED = ToolCall.of("read", '{"path": "conf.toml"}')
+
+
+REASON = "[loopbreak] This call to `read` was not run"
+
+
+@dataclass(frozen=True)
+class Denial:
+    tools_seen: tuple[str, ...]
+    finish: str | None
+    ended_with: str
+    """``answer`` (the model's re-planned answer), ``reason`` (the denial's text) or ``other``."""
+    requests: int
+    denial_in_reask: bool
+
+
+def _history() -> list[dict[str, Any]]:
+    from support import failing_tool_history
+
+    return failing_tool_history(3)
+
+
+def _stream_denial(chunks: list[Any], upstream: ScriptedUpstream) -> Denial:
+    seen = _stream_seen(chunks)
+    tools = tuple(call.function.name for c in chunks if c.choices
+                  for call in (c.choices[0].delta.tool_calls or []) if call.function.name)
+    chats = [r for r in upstream.requests if r.path.endswith("/chat/completions")]
+    reask = chats[1].body["messages"][-1].get("content", "") if len(chats) > 1 else ""
+    ended = "answer" if seen.text.endswith(ANSWER) else (
+        "reason" if seen.text.startswith(REASON) else "other")
+    return Denial(tools, seen.finish, ended, len(chats), str(reask).startswith(REASON))
+
+
+def deny_through_proxy(upstream: ScriptedUpstream) -> Denial:
+    with ProxyServer(upstream.url) as proxy:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        chunks = list(client.chat.completions.create(
+            model="m", messages=_history(), stream=True, extra_body=THINKING))  # type: ignore[arg-type]
+    return _stream_denial(chunks, upstream)
+
+
+def deny_through_litellm(upstream: ScriptedUpstream) -> Denial:
+    from loopbreak.integrations.litellm import LoopbreakGuard
+
+    hook = LoopbreakGuard(Config())
+    request = {"model": "openai/deepseek-reasoner", "messages": _history(), "stream": True,
+               "api_base": upstream.base_url, "api_key": "k", "max_retries": 0,
+               "extra_body": THINKING}
+
+    async def main() -> list[Any]:
+        stream = await litellm.acompletion(**request)
+        return [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(
+            user_api_key_dict=None, response=stream, request_data=request)]
+
+    return _stream_denial(asyncio.run(main()), upstream)
+
+
+DENYING_FACES: dict[str, Callable[[ScriptedUpstream], Denial]] = {
+    "proxy": deny_through_proxy,
+    "litellm-hook": deny_through_litellm,
+}
+
+DENIALS: dict[str, tuple[Callable[[], list[Script]], Denial]] = {
+    "the model re-plans": (
+        lambda: [Script.openai(reasoning="Read it again.", tool_calls=[DENIED]),
+                 Script.openai(text=ANSWER)],
+        Denial((), "stop", "answer", 2, True)),
+    "the model insists": (
+        lambda: [Script.openai(tool_calls=[DENIED]), Script.openai(tool_calls=[DENIED])],
+        Denial((), "stop", "reason", 2, True)),
+}
+
+
+@pytest.mark.parametrize("face", DENYING_FACES)
+@pytest.mark.parametrize("situation", DENIALS)
+def test_every_history_reading_face_denies_the_same_way(face: str, situation: str) -> None:
+    scripts, expected = DENIALS[situation]
+    with ScriptedUpstream(scripts()) as upstream:
+        outcome = DENYING_FACES[face](upstream)
+    assert outcome == expected, face
