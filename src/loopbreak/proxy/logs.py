@@ -1,10 +1,11 @@
 """The proxy's log: one JSON object per line, on the ``loopbreak.proxy`` logger.
 
 Every line is an event (``trip``, ``tool-denied``, ``stall``, ``upstream-error``,
-``passthrough-broken``, ``config-reloaded``, ``config-rejected``, ``config-missing`` at
-warning or error; ``request`` at info) with its fields; the command's formatter puts the
-time and level inside the object, so ``loopbreak proxy 2>&1 | jq`` reads every line the
-proxy writes. No line holds an API key or a prompt: a session is named by a salted hash.
+``passthrough-broken``, ``config-rejected``, ``config-missing`` at warning or error;
+``request``, ``config-reloaded``, ``upstream-dialect`` at info) with its fields; the
+command's formatter puts the time and level inside the object, so every line of the proxy's
+own log reads as JSON (the start banner and uvicorn's lines stay text: ``grep '^{' | jq``).
+No line holds an API key or a prompt: a session is named by a salted hash.
 """
 
 from __future__ import annotations
