@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import Trip
-from loopbreak._recovery import plan_cut, plan_denial
+from loopbreak._recovery import normal_finish, plan_cut, plan_denial
 from loopbreak._recovery.chunks import Piece, feed_piece
 from loopbreak._recovery.history import (
     HistoryView,
@@ -133,6 +133,7 @@ class StreamRelay:
         # Complete tool calls of this answer reached the client: a cut then ends with the
         # tool-call finish and no retry (plan_cut).
         self._tools_sent = False
+        self._reasked = False  # a denied call was re-asked once already
         self._cuts = view.cuts_this_turn
         self._language = view.session.language
         self._reask_request: dict[str, Any] = body
@@ -143,7 +144,6 @@ class StreamRelay:
         """Relay the call to its lawful end, whatever the upstream does."""
         request = self.body
         continuing = False  # relaying a second answer into the stream already open
-        reasked = False
         broken_left = self.config.recovery.max_request_retries
         # A retry that named a thinking field the request did not: sent without it if the
         # upstream rejects the field (a 400).
@@ -193,13 +193,13 @@ class StreamRelay:
                 plain = with_note(self.body, self.kind, payload)
                 if request != plain and requested_dialect(self.body, self.kind) == "none":
                     without_field = plain
-            else:  # "reask": the model's tool call was denied
-                if reasked:
-                    await self.client.write(self.stream.text(payload) + self.stream.finish(
-                        "stop" if self.kind == "openai" else "end_turn"))
-                    return self.outcome
-                reasked = True
+            elif kind == "reask":  # the model's tool call was denied: it plans again
+                self._reasked = True
                 request = self._reask_request
+            else:  # "end": a model that insists gets the reason and a lawful end
+                await self.client.write(self.stream.text(payload)
+                                        + self.stream.finish(normal_finish(self.kind)))
+                return self.outcome
             if isinstance(self.stream, AnthropicStream):
                 self.stream.index_offset = self.stream.next_index
             continuing = True
@@ -354,7 +354,9 @@ class StreamRelay:
         calls = [(self._call_id(r.key), r.name, r.arguments) for r in records]
         plan = plan_denial([cid for cid, _, _ in calls],
                            {self._call_id(r.key): denied[str(r.key)] for r in records
-                            if str(r.key) in denied}, reasked=False)
+                            if str(r.key) in denied}, reasked=self._reasked)
+        if not plan.reask:
+            return "end", plan.reason
         self._reask_request = with_denial(self.body, self.kind, calls, plan.reasons)
         return "reask", plan.reason
 
