@@ -8,7 +8,10 @@ task. Never to conclude or finish: that derails work in progress.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from loopbreak._engine.trip import Trip
 
 Language = Literal["en", "zh"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh")
@@ -104,3 +107,11 @@ def resolve_language(setting: str, sample: str = "") -> Language:
 def render(name: str, language: Language = "en", **values: object) -> str:
     """The text ``name`` in ``language`` with ``values`` filled in."""
     return TEXTS[language][name].format(**values)
+
+
+def cut_notice(trip: Trip, language: Language = "en", chars: int | None = None) -> str:
+    """What the model reads after ``trip``: after how many characters (``trip.offset``
+    unless ``chars`` says otherwise) its repeating reasoning or output was cut."""
+    name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
+    count = trip.offset if chars is None else chars
+    return render(name, language, chars=f"{count:,}", rule=trip.rule)

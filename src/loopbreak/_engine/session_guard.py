@@ -15,7 +15,7 @@ from typing import Any
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard, CallSummary
-from loopbreak._engine.notices import Language, render, resolve_language
+from loopbreak._engine.notices import Language, cut_notice, render, resolve_language
 from loopbreak._engine.stall import StallRule, StallVerdict
 from loopbreak._engine.tool_failure import ToolDecision, ToolFailureBreaker, ToolGuidance
 from loopbreak._engine.trip import Trip
@@ -135,9 +135,7 @@ class SessionGuard:
         """What the model reads after ``trip``: after how many characters its repeating
         reasoning or output was cut, and to carry on. ``cut_chars`` defaults to the
         characters of the channel consumed up to the cut."""
-        chars = trip.offset if cut_chars is None else cut_chars
-        name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
-        return render(name, self.language, chars=f"{chars:,}", rule=trip.rule)
+        return cut_notice(trip, self.language, cut_chars)
 
     # tool calls
 

@@ -10,13 +10,13 @@ off in each upstream's dialect. The faces (``proxy/``, ``integrations/``) carry 
 out on their wire or framework.
 """
 
+from loopbreak._engine.notices import cut_notice
 from loopbreak._recovery.plan import (
     OTHER_CALL_DENIED,
     CutPlan,
     DenialPlan,
     LoopCutError,
     cut_message,
-    cut_notice,
     normal_finish,
     plan_cut,
     plan_denial,

@@ -123,9 +123,3 @@ def feed_openai_chunk(guard: CallGuard, chunk: Any) -> Trip | None:
 def carries_tool_calls(chunk: Any) -> bool:
     """Whether a chunk carries a piece of a tool call."""
     return any(piece.kind == "tool" for piece in openai_pieces(chunk))
-
-
-def written_text(chunk: Any) -> str:
-    """The reasoning and text a chunk carries."""
-    return "".join(piece.text for piece in openai_pieces(chunk)
-                   if piece.kind in ("reasoning", "text"))

@@ -27,7 +27,7 @@ from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
 from loopbreak._engine.trip import Trip
-from loopbreak._recovery.requests import thinking_off
+from loopbreak._recovery.requests import requested_dialect, thinking_off
 
 Kind = Literal["openai", "anthropic"]
 
@@ -202,6 +202,17 @@ def with_guidance(body: dict[str, Any], view: HistoryView) -> dict[str, Any]:
             result = message["content"][block]
             result["content"] = guidance.apply(_text_of(result.get("content")))
     return body
+
+
+def thinking_off_retry(body: dict[str, Any], kind: Kind, dialect: str, effort: str,
+                       notice: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The retry of ``body`` with thinking off in ``dialect`` and ``notice`` as the newest
+    user text; and, when that added a thinking field the request never named, the same
+    retry without it (what to send if the upstream rejects the field with a 400)."""
+    retry = with_note(thinking_off(body, kind, dialect, effort), kind, notice)
+    plain = with_note(body, kind, notice)
+    added_field = retry != plain and requested_dialect(body, kind) == "none"
+    return retry, plain if added_field else None
 
 
 def with_note(body: dict[str, Any], kind: Kind, note: str) -> dict[str, Any]:

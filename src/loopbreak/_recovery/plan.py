@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loopbreak._config import Config
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import Language, cut_notice
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import LoopbreakError
 
@@ -49,12 +49,6 @@ def cut_message(trip: Trip) -> str:
     """The one-line error a cut with ``on_trip = "error"`` ends with."""
     return (f"loopbreak cut a looping {trip.channel} stream ({trip.rule}) after "
             f"{trip.offset:,} characters")
-
-
-def cut_notice(trip: Trip, language: Language) -> str:
-    """What the model reads about ``trip``."""
-    name = "cut.reasoning" if trip.channel == "reasoning" else "cut.text"
-    return render(name, language, chars=f"{trip.offset:,}", rule=trip.rule)
 
 
 def normal_finish(wire: Wire, tools_sent: bool = False) -> str:

@@ -25,7 +25,7 @@ from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut
-from loopbreak._recovery.chunks import carries_tool_calls, feed_openai_chunk, written_text
+from loopbreak._recovery.chunks import feed_piece, openai_pieces
 from loopbreak._recovery.requests import conversation_sample, thinking_off
 
 # Parameters the SDK takes by name; everything else a dialect needs goes in extra_body.
@@ -84,14 +84,21 @@ class _Guarded:
         self.tools_sent = False
 
     def judge(self, chunk: Any) -> Trip | None:
-        trip = feed_openai_chunk(self.guard, chunk)
+        # One reading of the chunk serves the guard, the tool-call flag and the sample.
+        pieces = openai_pieces(chunk)
+        trip: Trip | None = None
+        for piece in pieces:
+            trip = feed_piece(self.guard, piece) or trip
         if trip is not None:
             self.trip = trip
-        else:
-            self.tools_sent = self.tools_sent or carries_tool_calls(chunk)
-            if self._sample_writing and len(self._sample) < _SAMPLE_CHARS:
-                self._sample += written_text(chunk)
-        return trip
+            return trip
+        for piece in pieces:
+            if piece.kind == "tool":
+                self.tools_sent = True
+            elif self._sample_writing and len(self._sample) < _SAMPLE_CHARS \
+                    and piece.kind in ("reasoning", "text"):
+                self._sample += piece.text
+        return None
 
     @property
     def notice_language(self) -> Language:

@@ -32,7 +32,7 @@ from loopbreak._recovery.history import (
     Kind,
     replay,
     session_key,
-    thinking_off,
+    thinking_off_retry,
     with_guidance,
     with_note,
     without_unsigned_thinking,
@@ -103,9 +103,6 @@ class ConfigSource:
             return self.path.stat().st_mtime if self.path else None
         except OSError:
             return None
-
-    def get(self) -> Config:
-        return self.config
 
     def check(self) -> None:
         """Re-read the file if it changed; report a file that broke or went away (once)."""
@@ -337,7 +334,7 @@ class ProxyApp:
                                for name, value in scope["headers"])
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, kind: Kind) -> None:
-        config = self.source.get()
+        config = self.source.config
         settings = self.source.proxy
         raw = await self._read_body(receive, settings.max_body_bytes)
         if raw is None:
@@ -536,19 +533,17 @@ class ProxyApp:
             if not trip[1] and plan.mode == "retry":
                 notice = plan.notice
                 dialect = config.recovery.dialect
-                named = requested_dialect(body, kind)
-                if dialect == "auto" and named == "none":
+                if dialect == "auto" and requested_dialect(body, kind) == "none":
                     dialect = await ask_dialect()
-                retry = with_note(thinking_off(body, kind, dialect, config.recovery.retry_effort),
-                                  kind, notice)
-                plain = with_note(body, kind, notice)
+                retry, without_field = thinking_off_retry(body, kind, dialect,
+                                                          config.recovery.retry_effort, notice)
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
                 try:
                     second = await opener(retry)
-                    if second.status == 400 and retry != plain and named == "none":
+                    if second.status == 400 and without_field is not None:
                         # The upstream rejects the field the retry added: once without it.
                         second.close()
-                        second = await opener(plain)
+                        second = await opener(without_field)
                     try:
                         answer = await second.read(limit)
                     finally:

@@ -28,9 +28,8 @@ from loopbreak._recovery.chunks import Piece, feed_piece
 from loopbreak._recovery.history import (
     HistoryView,
     Kind,
-    thinking_off,
+    thinking_off_retry,
     with_denial,
-    with_note,
 )
 from loopbreak._recovery.requests import requested_dialect
 from loopbreak.proxy.formats import (
@@ -188,11 +187,8 @@ class StreamRelay:
                         and self.upstream_dialect is not None:
                     # The request names no thinking field: ask what the upstream speaks.
                     dialect = await self.upstream_dialect()
-                request = with_note(thinking_off(self.body, self.kind, dialect, self.effort),
-                                    self.kind, payload)
-                plain = with_note(self.body, self.kind, payload)
-                if request != plain and requested_dialect(self.body, self.kind) == "none":
-                    without_field = plain
+                request, without_field = thinking_off_retry(self.body, self.kind, dialect,
+                                                            self.effort, payload)
             elif kind == "reask":  # the model's tool call was denied: it plans again
                 self._reasked = True
                 request = self._reask_request
