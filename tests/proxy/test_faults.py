@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -238,3 +239,22 @@ def test_concurrent_streams_stay_separate(upstream: ScriptedUpstream, proxy: Pro
     for t in threads:
         t.join(20)
     assert sorted(results) == sorted(texts)
+
+
+def test_a_rewrite_within_one_time_stamp_is_still_read(tmp_path: Path) -> None:
+    """An editor that truncates and then writes can leave both versions with one
+    modification time: the check must not stop at the empty one."""
+    from loopbreak.proxy.app import ConfigSource
+
+    path = tmp_path / "loopbreak.toml"
+    path.write_text('[recovery]\non_trip = "stop"\n')
+    stamp = path.stat().st_mtime_ns
+    source = ConfigSource(str(path))
+    path.write_text("")
+    os.utime(path, ns=(stamp, stamp))
+    source.check()
+    assert source.config.recovery.on_trip == "retry"  # the empty file is valid: defaults
+    path.write_text('[recovery]\non_trip = "error"\n')
+    os.utime(path, ns=(stamp, stamp))
+    source.check()
+    assert source.config.recovery.on_trip == "error"

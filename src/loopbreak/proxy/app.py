@@ -95,12 +95,15 @@ class ConfigSource:
         loaded = load_config(path) if config is None or (proxy is None and path) else None
         self.config = config or (loaded.config if loaded else Config())
         self.proxy = proxy or (loaded.proxy if loaded else ProxyConfig())
-        self._mtime = self._stat()
+        self._content = self._read()
         self._missing = False
 
-    def _stat(self) -> float | None:
+    def _read(self) -> bytes | None:
+        # The content, not the modification time, says whether the file changed: an editor
+        # that truncates and then writes can leave two versions with one time stamp, and the
+        # check must not stop at the empty one. A configuration file is a few hundred bytes.
         try:
-            return self.path.stat().st_mtime if self.path else None
+            return self.path.read_bytes() if self.path else None
         except OSError:
             return None
 
@@ -108,8 +111,8 @@ class ConfigSource:
         """Re-read the file if it changed; report a file that broke or went away (once)."""
         if self.path is None:
             return
-        mtime = self._stat()
-        if mtime is None:
+        content = self._read()
+        if content is None:
             if not self._missing:
                 self._missing = True
                 log_event("config-missing", logging.ERROR, path=str(self.path),
@@ -117,9 +120,9 @@ class ConfigSource:
                                 "in force")
             return
         self._missing = False
-        if mtime == self._mtime:
+        if content == self._content:
             return
-        self._mtime = mtime
+        self._content = content
         try:
             loaded = load_config(self.path)
             self.config, self.proxy = loaded.config, loaded.proxy
