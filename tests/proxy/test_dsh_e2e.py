@@ -308,7 +308,7 @@ def test_a_looping_turn_is_retried_and_the_session_goes_on(
         requests = upstream.requests
         assert len(requests) == 3, shown
         second = requests[2]
-        assert second.outcome == "completed"
+        assert second.wait(5) and second.outcome == "completed"
         assert second.body["thinking"] == {"type": "enabled"}
         messages = second.body["messages"]
         assert messages[-1] == {"role": "user", "content": SECOND_PROMPT}
@@ -358,6 +358,7 @@ def test_c_a_failing_tool_call_gets_guidance_then_is_denied(
         dsh = make_dsh(proxy.url)
         done = dsh.headless(f"What port does {MISSING} set?")
         requests = upstream.requests
+        assert all(r.wait(5) for r in requests)
         assert upstream.errors == [] and upstream.pending == 0
     assert len(requests) == 5, [r.index for r in requests]
     assert all(r.outcome == "completed" for r in requests)

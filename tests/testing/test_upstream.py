@@ -649,7 +649,8 @@ def test_timed_stall_with_keepalives_resumes(upstream: ScriptedUpstream) -> None
     assert time.monotonic() - started >= 0.3
     assert raw.count(b": keep-alive\n\n") >= 4
     assert sse_data(raw)[-1] == "[DONE]"
-    assert upstream.requests[0].outcome == "completed"
+    record = upstream.requests[0]
+    assert record.wait(2) and record.outcome == "completed"
 
 
 def test_disconnect_during_a_slow_drip_and_an_endless_stream(upstream: ScriptedUpstream) -> None:
@@ -713,7 +714,7 @@ def test_recording_keeps_headers_bodies_and_outcomes(upstream: ScriptedUpstream)
     assert json.loads(retry.raw_body) == retry.body
     assert first.arrived_at <= retry.arrived_at
     assert first.script is not None and first.script.text == "first"
-    assert first.outcome == retry.outcome == "completed"
+    assert first.wait(2) and first.outcome == retry.outcome == "completed"
 
 
 def test_routes_models_404_and_bad_json(upstream: ScriptedUpstream) -> None:

@@ -20,8 +20,10 @@ Example::
             model="m", messages=[{"role": "user", "content": "hi"}], stream=True
         )
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        record = upstream.requests[0]
+        # The client can read the last byte before the server books the exchange.
+        assert record.wait(2) and record.outcome == "completed"
     assert text == "Hello!"
-    assert upstream.requests[0].outcome == "completed"
 """
 
 from __future__ import annotations
