@@ -401,6 +401,73 @@ class ToolFailureConfig(_Section):
 
 
 @dataclass(frozen=True)
+class NoProgressConfig(_Section):
+    """no-progress: the same tool call returning the same result, in a row, in one turn,
+    whether or not the result reads as a failure."""
+
+    enabled: bool = _key(True, "Run the no-progress rule.")
+    steer_from: int = _key(3, "From this identical result in a row on, the result carries "
+                              "guidance.", low=1, high=1000)
+    deny_after: int = _key(3, "Identical results in a row after which the identical call is "
+                              "denied before dispatch.", low=1, high=1000)
+    waiting_deny_after: int = _key(8, "The same, when the result reports a state still in "
+                                      "progress (running, pending, queued, ...): polling is "
+                                      "how such a state is watched.", low=1, high=1000)
+    scope: str = _key("session", "turn: each user message starts the counts over; session: "
+                      "they carry over, and a user message gives each call one more try before "
+                      "it is denied (agents retry across the user's replies).",
+                      choices=("turn", "session"))
+
+
+@dataclass(frozen=True)
+class AlternationConfig(_Section):
+    """alternation: two or three calls taking turns, each returning what it returned before."""
+
+    enabled: bool = _key(True, "Run the alternation rule.")
+    max_period: int = _key(3, "Longest cycle of distinct calls watched (2 = A-B-A-B only).",
+                              low=2, high=8)
+    cycles: int = _key(3, "Full cycles with unchanged results that steer; the call that would "
+                          "start the next cycle is denied.", low=2, high=100)
+    scope: str = _key("session", "turn: each user message starts the counts over; session: "
+                      "they carry over, and a user message gives each call one more try before "
+                      "it is denied (agents retry across the user's replies).",
+                      choices=("turn", "session"))
+
+
+@dataclass(frozen=True)
+class RepeatedErrorConfig(_Section):
+    """repeated-error: different tool calls failing with the same error in one turn."""
+
+    enabled: bool = _key(True, "Run the repeated-error rule.")
+    steer_from: int = _key(3, "Failures with the same error (from at least two different calls) "
+                              "from which the result carries guidance.", low=2, high=1000)
+    deny_after: int = _key(3, "Such failures after which the tools that gave them are denied "
+                              "until one of them succeeds.", low=2, high=1000)
+    error_chars: int = _key(160, "Normalised error text kept in an error signature.",
+                                 low=1, high=1 << 16)
+    scope: str = _key("session", "turn: each user message starts the counts over; session: "
+                      "they carry over, and a user message gives each call one more try before "
+                      "it is denied (agents retry across the user's replies).",
+                      choices=("turn", "session"))
+
+
+@dataclass(frozen=True)
+class MonologueConfig(_Section):
+    """monologue: the model's visible answer said again, call after call, with no tool call
+    and no new word from the user."""
+
+    enabled: bool = _key(True, "Run the monologue rule.")
+    similarity: float = _key(0.8, "Word 3-gram Jaccard similarity to the previous answer that "
+                                  "makes an answer a repeat.", low=0.01, high=1.0)
+    steer_from: int = _key(2, "Answers in the run (the first and its repeats) that steer: a "
+                              "note the model reads on its next call.", low=2, high=1000)
+    stop_after: int = _key(3, "Answers in the run after which the turn is ended instead of "
+                              "asking the model again.", low=2, high=1000)
+    min_chars: int = _key(1, "Answers shorter than this (stripped) are not judged.",
+                             low=1, high=1 << 20)
+
+
+@dataclass(frozen=True)
 class RecoveryConfig(_Section):
     """What adapters do after a trip."""
 
@@ -458,6 +525,10 @@ class Config:
     judging: JudgingConfig = field(default_factory=JudgingConfig)
     stall: StallConfig = field(default_factory=StallConfig)
     tool_failure: ToolFailureConfig = field(default_factory=ToolFailureConfig)
+    no_progress: NoProgressConfig = field(default_factory=NoProgressConfig)
+    alternation: AlternationConfig = field(default_factory=AlternationConfig)
+    repeated_error: RepeatedErrorConfig = field(default_factory=RepeatedErrorConfig)
+    monologue: MonologueConfig = field(default_factory=MonologueConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
 
     def __post_init__(self) -> None:

@@ -68,6 +68,10 @@ def guidance(failures: int, error: str = SDK_ERROR) -> str:
     return f"{text}\n\n{error}"
 
 
+def no_progress(calls: int, result: str = SDK_ERROR) -> str:
+    return f"{render('no_progress.guidance', tool='read_file', calls=calls)}\n\n{result}"
+
+
 DENIAL = render("tool.denied", tool="read_file", failures=3)
 
 
@@ -118,8 +122,11 @@ def test_each_run_is_a_new_turn(upstream: ScriptedUpstream) -> None:
         return [first.final_output, second.final_output]
 
     assert asyncio.run(conversation()) == ["Missing.", "Still missing."]
-    assert len(calls) == 4  # the new turn ran the call again, without guidance
-    assert tool_messages(upstream) == [SDK_ERROR, guidance(2), guidance(3), SDK_ERROR]
+    # The new turn ran the call again: its failure count started clean (SPEC), and the same
+    # result a fourth time carries the no-progress rule's guidance instead.
+    assert len(calls) == 4
+    assert tool_messages(upstream) == [SDK_ERROR, guidance(2), guidance(3),
+                                       no_progress(4)]
 
 
 def test_runner_run_with_start_turn_and_a_custom_error_function(

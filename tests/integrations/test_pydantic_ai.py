@@ -124,7 +124,11 @@ def test_each_run_is_a_new_turn_and_agent_wide_capability_works(
 
     assert asyncio.run(conversation()) == ["Missing.", "Still missing."]
     assert len(calls) == 4 and breaker.session.turn == 2
-    assert tool_messages(upstream) == [ERROR, guidance(2), guidance(3), ERROR]
+    # The failure count started clean (SPEC); the same result a fourth time carries the
+    # no-progress rule's guidance.
+    no_progress = render("no_progress.guidance", tool="read_file", calls=4)
+    assert tool_messages(upstream) == [ERROR, guidance(2), guidance(3),
+                                       f"{no_progress}\n\n{ERROR}"]
 
 
 def test_other_exceptions_are_counted_and_propagate(upstream: ScriptedUpstream) -> None:

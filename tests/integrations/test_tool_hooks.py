@@ -124,8 +124,12 @@ def test_guard_tool_keeps_the_signature_and_keys_positional_and_keyword_calls_al
     assert guarded(path="a.toml").startswith("[loopbreak] This exact call to `read_file`")
     guarded("a.toml")
     assert guarded(path="a.toml") == denial() and tool.calls == 3
-    session.start_turn()
-    assert guarded("a.toml") == "FileNotFoundError: No such file or directory: 'a.toml'"
+    session.start_turn()  # one more try: the failure count is clean, the same result is not
+    error = "FileNotFoundError: No such file or directory: 'a.toml'"
+    assert guarded("a.toml") == (
+        f"{render('no_progress.guidance', tool='read_file', calls=4)}\n\n{error}")
+    assert guarded("a.toml") == render("no_progress.denied", tool="read_file", calls=4)
+    assert tool.calls == 4
 
 
 def test_async_tools_through_arun_and_wrap() -> None:

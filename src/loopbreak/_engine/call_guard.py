@@ -202,6 +202,9 @@ class ToolCallRecord:
     __hash__ = None  # type: ignore[assignment]
 
 
+ANSWER_SAMPLE_CHARS = 20_000
+
+
 @dataclass(frozen=True)
 class CallSummary:
     """What the cross-call rules need to know about a finished call."""
@@ -211,6 +214,8 @@ class CallSummary:
     tool_calls: tuple[str, ...]
     trip: Trip | None
     grams: GramSet | None = field(default=None, compare=False, repr=False)
+    text: str = field(default="", compare=False, repr=False)
+    """The visible answer's first ``ANSWER_SAMPLE_CHARS`` characters (the monologue rule's)."""
 
     @property
     def productive(self) -> bool:
@@ -229,6 +234,8 @@ class CallGuard:
         self._config = config or Config()
         self._channels = {ch: ChannelGuard(ch, self._config) for ch in CHANNELS}
         self._grams = GramSet() if track_grams else None
+        self._answer: list[str] = []
+        self._answer_chars = 0
         self._tools: dict[Hashable, ToolCallRecord] = {}
         self._trip: Trip | None = None
         self._held: Trip | None = None
@@ -264,6 +271,9 @@ class CallGuard:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
         if channel == "reasoning" and self._grams is not None and delta:
             self._grams.feed(delta)
+        elif channel == "text" and self._answer_chars < ANSWER_SAMPLE_CHARS and delta:
+            self._answer.append(delta)
+            self._answer_chars += len(delta)
         # The other channel's last batch is judged before this one's first: the stream's
         # order is the order of decisions.
         earlier = None
@@ -346,4 +356,5 @@ class CallGuard:
             tool_calls=tuple(r.name for r in self._tools.values()),
             trip=self._trip,
             grams=self._grams,
+            text="".join(self._answer)[:ANSWER_SAMPLE_CHARS],
         )

@@ -49,6 +49,46 @@ TEXTS: dict[Language, dict[str, str]] = {
             "[loopbreak] Earlier in this step your reasoning was cut for repeating itself. "
             "Keep going with the task without re-deliberating what is already decided."
         ),
+        "no_progress.guidance": (
+            "[loopbreak] This exact call to `{tool}` has now returned the same result "
+            "{calls} times. Calling it again will return it again. Use what it returned, or "
+            "change the approach: different arguments or a different tool."
+        ),
+        "no_progress.denied": (
+            "[loopbreak] This call to `{tool}` was not run: the identical call already "
+            "returned the same result {calls} times. Do not send it again unchanged. Use "
+            "the result you have or change the approach, and carry on with the task."
+        ),
+        "alternation.guidance": (
+            "[loopbreak] Your last {steps} tool calls went round the same {period} calls "
+            "({tools}), each returning what it returned before. Going round again will "
+            "change nothing. Break the cycle: use what you have learned or try something "
+            "different."
+        ),
+        "alternation.denied": (
+            "[loopbreak] This call to `{tool}` was not run: it would start another round of "
+            "the same {period} calls ({tools}), which returned the same results {cycles} "
+            "times. Do something different and carry on with the task."
+        ),
+        "repeated_error.guidance": (
+            "[loopbreak] {failures} different tool calls in this turn failed with the same "
+            "error. The cause is not in the arguments you keep changing: find out what the "
+            "error means before calling again.\nThe error was:\n{error}"
+        ),
+        "repeated_error.denied": (
+            "[loopbreak] This call to `{tool}` was not run: {failures} calls in this turn "
+            "failed with the same error and nothing has succeeded since. Deal with the "
+            "cause of the error first, or tell the user what blocks you."
+        ),
+        "monologue.steer": (
+            "[loopbreak] Your last {replies} answers said the same thing again without "
+            "doing anything new. Do not repeat it. Carry on with the task: take the next "
+            "concrete step with a tool call, or say what you need from the user."
+        ),
+        "monologue.stop": (
+            "[loopbreak] This turn was ended: the model gave the same answer {replies} "
+            "times in a row without acting."
+        ),
     },
     "zh": {
         "cut.reasoning": (
@@ -76,6 +116,39 @@ TEXTS: dict[Language, dict[str, str]] = {
         "post_trip": (
             "[loopbreak] 本步骤中你的思考因不断重复而被截断。"
             "请继续推进任务，不要重新斟酌已经决定的事。"
+        ),
+        "no_progress.guidance": (
+            "[loopbreak] 对 `{tool}` 的这个完全相同的调用已 {calls} 次返回相同的结果。"
+            "再调用一次还会是同样的结果。请利用已有的结果，或换一种做法：换参数或换工具。"
+        ),
+        "no_progress.denied": (
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行：完全相同的调用已 {calls} 次"
+            "返回相同的结果。不要原样再发。请利用已有的结果或换一种做法，继续完成任务。"
+        ),
+        "alternation.guidance": (
+            "[loopbreak] 你最近的 {steps} 次工具调用一直在相同的 {period} 个调用（{tools}）之间"
+            "来回，每次都返回和之前相同的结果。再转一圈也不会有变化。请打破这个循环："
+            "利用已经得到的信息，或尝试别的做法。"
+        ),
+        "alternation.denied": (
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行：它会再一次开始相同的 {period} 个调用"
+            "（{tools}）的循环，而这些调用已 {cycles} 次返回相同的结果。"
+            "请换一种做法，继续完成任务。"
+        ),
+        "repeated_error.guidance": (
+            "[loopbreak] 本轮中已有 {failures} 个不同的工具调用以相同的错误失败。"
+            "原因不在你不断修改的参数上：再次调用之前，先弄清这个错误的含义。\n错误信息：\n{error}"
+        ),
+        "repeated_error.denied": (
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行：本轮中已有 {failures} 个调用以相同的错误"
+            "失败，此后没有任何成功。请先处理错误的原因，或告诉用户是什么阻碍了你。"
+        ),
+        "monologue.steer": (
+            "[loopbreak] 你最近的 {replies} 次回答重复了同样的内容，却没有做任何新的事情。"
+            "不要再重复。请继续完成任务：用一次工具调用执行下一个具体步骤，或说明你需要用户提供什么。"
+        ),
+        "monologue.stop": (
+            "[loopbreak] 本轮已结束：模型连续 {replies} 次给出相同的回答而没有行动。"
         ),
     },
 }
@@ -107,6 +180,19 @@ def resolve_language(setting: str, sample: str = "") -> Language:
 def render(name: str, language: Language = "en", **values: object) -> str:
     """The text ``name`` in ``language`` with ``values`` filled in."""
     return TEXTS[language][name].format(**values)
+
+
+def is_denial(text: str) -> bool:
+    """Whether a tool result is one of loopbreak's own denials (a host that stores it as
+    the call's result shows it back; it says nothing about the tool)."""
+    head = text.lstrip()[:400]
+    return head.startswith(_NOTICE_TAG) and any(
+        head.startswith(TEXTS[lang][name].split("{", 1)[0])
+        for lang in LANGUAGES for name in _DENIALS)
+
+
+_NOTICE_TAG = "[loopbreak]"
+_DENIALS = ("tool.denied", "no_progress.denied", "alternation.denied", "repeated_error.denied")
 
 
 def cut_notice(trip: Trip, language: Language = "en", chars: int | None = None) -> str:

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopbreak._config import Config
+from loopbreak._engine.alternation import AlternationRule
 from loopbreak._engine.call_guard import CallGuard, CallSummary
-from loopbreak._engine.notices import Language, cut_notice, render, resolve_language
-from loopbreak._engine.stall import StallRule, StallVerdict
-from loopbreak._engine.tool_failure import ToolDecision, ToolFailureBreaker, ToolGuidance
+from loopbreak._engine.monologue import MonologueRule
+from loopbreak._engine.no_progress import NoProgressRule
+from loopbreak._engine.notices import Language, cut_notice, is_denial, render, resolve_language
+from loopbreak._engine.repeated_error import RepeatedErrorRule
+from loopbreak._engine.stall import Reaction, StallRule, StallVerdict
+from loopbreak._engine.tool_failure import ToolFailureBreaker, normalise_error
+from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprint
 from loopbreak._engine.trip import Trip
 
 
@@ -29,6 +34,16 @@ class CallOutcome:
     step: int
     summary: CallSummary
     stall: StallVerdict
+    monologue: Reaction | None = None
+
+    @property
+    def reaction(self) -> Reaction | None:
+        """What the host should do before the next call: the monologue rule's reaction or
+        the stall rule's, the stronger when both fired."""
+        stall = self.stall.reaction
+        if self.monologue is None or (stall is not None and stall.kind == "cancel"):
+            return stall
+        return self.monologue
 
 
 class SessionGuard:
@@ -49,6 +64,13 @@ class SessionGuard:
         self._sample = ""
         self._stall = StallRule(self._config.stall)
         self._tools = ToolFailureBreaker(self._config.tool_failure)
+        self._no_progress = NoProgressRule(self._config.no_progress)
+        self._alternation = AlternationRule(self._config.alternation)
+        self._repeated_error = RepeatedErrorRule(self._config.repeated_error)
+        self._monologue = MonologueRule(self._config.monologue)
+        self._tried: set[str] = set()  # keys called since the user last spoke
+        self._tools_seen = False
+        self._granting = False  # the user spoke since the counts began: one more try each
         self._turn = 0
         self._step = 0
         self._retries = 0
@@ -69,6 +91,11 @@ class SessionGuard:
         return self._step
 
     @property
+    def monologue_run(self) -> int:
+        """Answers in the current run of near-identical answers without a tool call."""
+        return self._monologue.run
+
+    @property
     def language(self) -> Language:
         """The language notices are written in now."""
         return resolve_language(self._language_setting, self._sample)
@@ -80,13 +107,26 @@ class SessionGuard:
 
     # turns and calls
 
-    def start_turn(self) -> None:
-        """A new user turn: step count, tool-failure counts and retry budget start over."""
+    def start_turn(self, user_text: str | None = None) -> None:
+        """A new user turn: step count, retry budget and tool-failure counts start over; the
+        other tool rules' counts carry over (their ``scope = "session"``: each call gets one
+        more try before a denial) or start over (``"turn"``). ``user_text``: what the user
+        said, when known; the same words as last time (a host's canned reminder) do not end
+        a monologue."""
         self._turn += 1
         self._step = 0
         self._retries = 0
         self._post_trip_hint = False
-        self._tools.start_turn()
+        cfg = self._config
+        self._tools.start_turn()  # SPEC: a new turn starts the tool-failure counts clean
+        for rule, scope in ((self._no_progress, cfg.no_progress.scope),
+                            (self._alternation, cfg.alternation.scope),
+                            (self._repeated_error, cfg.repeated_error.scope)):
+            if scope == "turn":
+                rule.start_turn()
+        self._tried.clear()
+        self._granting = self._tools_seen
+        self._monologue.user_message(f"\x00turn {self._turn}" if user_text is None else user_text)
 
     def forget_grams(self) -> None:
         """Drop what only the stall rule's restatement test keeps between calls (the last
@@ -110,8 +150,10 @@ class SessionGuard:
         summary = call.summary() if isinstance(call, CallGuard) else call
         if summary.trip is not None:
             self._post_trip_hint = True
-        verdict = self._stall.judge(summary, self.language)
-        return CallOutcome(self._turn, self._step, summary, verdict)
+        language = self.language
+        verdict = self._stall.judge(summary, language)
+        monologue = self._monologue.judge(summary.text, bool(summary.tool_calls), language)
+        return CallOutcome(self._turn, self._step, summary, verdict, monologue)
 
     # recovery after a trip
 
@@ -140,29 +182,61 @@ class SessionGuard:
     # tool calls
 
     def before_tool(self, name: str, arguments: Any) -> ToolDecision:
-        """Ask before dispatching a tool call; a denial carries the reason to show the model."""
-        return self._tools.before(name, arguments, self.language)
+        """Ask before dispatching a tool call; a denial carries the reason to show the model
+        and the rule that denied it."""
+        key = self._tools.key(name, arguments)
+        language = self.language
+        decision = self._tools.before_key(name, key, language)
+        if decision.allowed:
+            for rule in (self._no_progress, self._alternation, self._repeated_error):
+                denial = rule.before(name, key, language)
+                if denial is not None:
+                    decision = denial
+                    break
+        if not decision.allowed and self._granting and key not in self._tried:
+            # The user spoke since: what they said may have changed what the call meets.
+            return ToolDecision(True, None, decision.failures)
+        return decision
 
     def may_deny(self, name: str) -> bool:
-        """Whether some call of tool ``name`` would be denied now."""
-        return self._tools.may_deny(name)
+        """Whether some call of tool ``name`` could be denied now."""
+        return any(rule.may_deny(name) for rule in (
+            self._tools, self._no_progress, self._alternation, self._repeated_error))
 
     def after_tool(self, name: str, arguments: Any, result: str = "", *, failed: bool = False,
                    error_code: str | None = None, error_text: str | None = None
                    ) -> ToolGuidance | None:
-        """Report a tool result; returns guidance to put in front of (or instead of) the result
-        the model will read, or ``None`` to leave it as it is.
+        """Report a tool result (``result``: the text the model will read); returns guidance
+        to put in front of (or instead of) it, or ``None`` to leave it as it is.
 
         After a trip in this turn, the first result also carries the post-trip hint.
+        A result that is one of loopbreak's own denials (a host stored it as the call's
+        result) is not a result of the tool and changes nothing.
         """
-        guidance = self._tools.after(
-            name, arguments, failed=failed, error_code=error_code,
-            error_text=result if error_text is None else error_text, language=self.language,
-        )
+        if is_denial(result):
+            return None
+        language = self.language
+        key = self._tools.key(name, arguments)
+        self._tried.add(key)
+        self._tools_seen = True
+        error = result if error_text is None else error_text
+        step = ToolStep(name, key, result_fingerprint(result), failed,
+                        normalise_error(error, self._config.repeated_error.error_chars)
+                        if failed else "", result_fingerprint(result, numbers=False))
+        # Every rule records the step; the model reads one guidance, the most specific.
+        found = [
+            self._tools.after_key(name, key, failed=failed, error_code=error_code,
+                                  error_text=error, language=language),
+            self._no_progress.after(step, result, language),
+            self._alternation.after(step, language),
+            self._repeated_error.after(step, error, language),
+        ]
+        guidance = next((g for g in found if g is not None), None)
         if not self._post_trip_hint:
             return guidance
         self._post_trip_hint = False
-        hint = render("post_trip", self.language)
+        hint = render("post_trip", language)
         if guidance is None:
-            return ToolGuidance(hint, "prefix", 0)
-        return ToolGuidance(f"{hint}\n\n{guidance.text}", guidance.mode, guidance.failures)
+            return ToolGuidance(hint, "prefix", 0, "post-trip")
+        return ToolGuidance(f"{hint}\n\n{guidance.text}", guidance.mode, guidance.failures,
+                            guidance.rule)

@@ -27,12 +27,13 @@ RESTATED = "restated"
 
 @dataclass(frozen=True)
 class Reaction:
-    """What the host should do now that the stall rule fired."""
+    """What the host should do now that a rule across calls (stall, monologue) fired."""
 
     kind: Literal["warn", "steer", "cancel"]
     notice: str
     fires: int
     cause: str | None = None
+    rule: str = "stall"
 
 
 @dataclass(frozen=True)

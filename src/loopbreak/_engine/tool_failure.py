@@ -19,12 +19,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 from loopbreak._config import ToolFailureConfig
 from loopbreak._engine.notices import Language, render
+from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
+
+__all__ = ["ToolDecision", "ToolFailureBreaker", "ToolGuidance", "canonical_arguments",
+           "looks_like_failure", "normalise_error"]
+
+RULE = "tool-failure"
 
 _HEX = re.compile(r"0x[0-9a-f]+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b")
 _DIGITS = re.compile(r"\d+")
@@ -97,25 +102,40 @@ def _canonical(arguments: Any, max_depth: int, max_chars: int) -> str:
     return text
 
 
-# How a failure report starts, and what says one anywhere in the text. Two patterns so
-# that the second, which must scan the text, runs only where one of its words occurs.
+# How a failure report starts, and what says one anywhere in its head. Two patterns so
+# that the second, which must scan, runs only where one of its words occurs. Each
+# alternative was read in real tool output (shells, editors, code search, web and API
+# tools, text environments); the README's agent-corpus table gives how often each
+# reading agrees with the hosts' own failure flags.
 _FAILURE_START = re.compile(
     r"\s*(?:error\b|\w*error:|exception\b|traceback \(most recent call last\)|fatal\b|"
-    r"failed\b|failure\b|command failed|permission denied|no such file|E[A-Z]{2,}\b:)",
+    r"failed\b|failure\b|command failed|permission denied|no such \w+|E[A-Z]{2,}\b:|"
+    r"invalid\b|unknown (?:action|command|tool|function|option|argument)\b|"
+    r"(?:could|can)(?:not|n't)\b|could not\b|unable to\b|nothing happens\b|"
+    r"no (?:more )?results?\b|no \w+(?: \w+)? (?:found|matched|matches)\b|"
+    r"(?:[\w'\"`.-]+ ){0,3}not found\b|"
+    r"\{\s*\"error\"\s*:\s*(?:\"[^\"\s]|\{\s*\"|\[\s*[^\]\s]))",
     re.IGNORECASE,
 )
 _FAILURE_ANYWHERE = re.compile(
     r"\bexit(?:ed with)? (?:code|status):? ?[1-9]\d*\b|\bcommand not found\b"
-    r"|\bno such file or directory\b",
+    r"|\bno such file or directory\b|\bcould not be applied\b|\bwas not applied\b"
+    r"|\bno changes were made\b|\bnot found in\b|\bseems? not valid\b",
     re.IGNORECASE,
 )
-_FAILURE_WORDS = ("exit", "command not found", "no such file or directory")
+_FAILURE_WORDS = ("exit", "command not found", "no such file or directory", "applied",
+                  "no changes were made", "not found in", "not valid")
+# A first line that only announces what follows ("Result of search_code(x):") does not
+# hide a report on the next.
+_HEADER_LINE = re.compile(r"[^\n]{1,200}:[ \t]*\n")
 
 
 def looks_like_failure(result: str) -> bool:
     """Whether a tool result reads as a failure, for logs and protocols that do not flag
     one (an OpenAI ``role: tool`` message has no error field): it starts like an error
-    report or says a command exited non-zero. Hosts that know should say so instead."""
+    report (also after a one-line header ending in a colon), reports nothing found or an
+    invalid action, carries a JSON ``error``, or says a command exited non-zero or an edit
+    was not applied. Hosts that know should say so instead."""
     head = result[:2000]
     return _head_looks_like_failure(head)
 
@@ -124,9 +144,13 @@ def looks_like_failure(result: str) -> bool:
 def _head_looks_like_failure(head: str) -> bool:
     if _FAILURE_START.match(head):
         return True
-    folded = head.casefold()
+    header = _HEADER_LINE.match(head)
+    if header is not None and _FAILURE_START.match(head, header.end()):
+        return True
+    scanned = head[:600]
+    folded = scanned.casefold()
     return any(word in folded for word in _FAILURE_WORDS) and \
-        bool(_FAILURE_ANYWHERE.search(head))
+        bool(_FAILURE_ANYWHERE.search(scanned))
 
 
 def normalise_error(text: str, max_chars: int = 160) -> str:
@@ -163,30 +187,6 @@ def _normalise(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-@dataclass(frozen=True)
-class ToolDecision:
-    """Whether a tool call may be dispatched; ``reason`` is what the model reads if not."""
-
-    allowed: bool
-    reason: str | None = None
-    failures: int = 0
-
-
-@dataclass(frozen=True)
-class ToolGuidance:
-    """Text that goes with a failing tool result the model will read."""
-
-    text: str
-    mode: Literal["prefix", "replace"]
-    failures: int
-
-    def apply(self, result: str) -> str:
-        """The result as the model should see it."""
-        if self.mode == "replace":
-            return self.text
-        return f"{self.text}\n\n{result}" if result else self.text
-
-
 class ToolFailureBreaker:
     """Per-turn failure counts by key and by signature."""
 
@@ -218,22 +218,31 @@ class ToolFailureBreaker:
 
     def before(self, name: str, arguments: Any, language: Language = "en") -> ToolDecision:
         """Allow or deny a call before it is dispatched."""
+        return self.before_key(name, self.key(name, arguments), language)
+
+    def before_key(self, name: str, key: str, language: Language = "en") -> ToolDecision:
+        """:meth:`before` for a call whose :meth:`key` is known."""
         cfg = self._config
         if not cfg.enabled:
             return ToolDecision(True)
-        failures = self._key_failures.get(self.key(name, arguments), 0)
+        failures = self._key_failures.get(key, 0)
         if failures >= cfg.deny_after:
             reason = render("tool.denied", language, tool=name, failures=failures)
-            return ToolDecision(False, reason, failures)
+            return ToolDecision(False, reason, failures, RULE)
         return ToolDecision(True, None, failures)
 
     def after(self, name: str, arguments: Any, *, failed: bool, error_code: str | None = None,
               error_text: str = "", language: Language = "en") -> ToolGuidance | None:
         """Record a result; a failure repeated often enough gets guidance."""
+        return self.after_key(name, self.key(name, arguments), failed=failed,
+                              error_code=error_code, error_text=error_text, language=language)
+
+    def after_key(self, name: str, key: str, *, failed: bool, error_code: str | None = None,
+                  error_text: str = "", language: Language = "en") -> ToolGuidance | None:
+        """:meth:`after` for a call whose :meth:`key` is known."""
         cfg = self._config
         if not cfg.enabled:
             return None
-        key = self.key(name, arguments)
         if not failed:
             self._key_failures.pop(key, None)
             self._signature_failures.pop(key, None)
@@ -246,4 +255,5 @@ class ToolFailureBreaker:
             return None
         text = render("tool.guidance", language, tool=name, failures=count,
                       error=error_text.strip() or error_code or "(no error text)")
-        return ToolGuidance(text, "replace" if cfg.guidance == "replace" else "prefix", count)
+        return ToolGuidance(text, "replace" if cfg.guidance == "replace" else "prefix", count,
+                            RULE)

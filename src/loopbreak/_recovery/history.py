@@ -155,9 +155,12 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             # of the turn; only one after the model answered starts a new turn. A note
             # loopbreak itself added to a request (a steer, a retry's notice) never does.
             if not working and not is_notice(m.text):
-                session.start_turn()
+                session.start_turn(m.text)
                 view.cuts_this_turn = 0
                 view.guidance.clear()
+                if view.reaction is not None and view.reaction.rule == "monologue" and \
+                        not session.monologue_run:
+                    view.reaction = None  # the user said something new
             session.observe(m.text[-2000:])
         elif m.role == "assistant":
             session.count_call()
@@ -171,9 +174,8 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             trip = Trip("notice", "reasoning", 0, 0) if cut else None
             tool_names = tuple(name for _, name, _ in m.tool_calls)
             summary = CallSummary(len(m.reasoning), 0 if cut else len(m.text.strip()),
-                                  tool_names, trip, grams)
-            verdict = session.finish_call(summary).stall
-            view.reaction = verdict.reaction
+                                  tool_names, trip, grams, "" if cut else m.text)
+            view.reaction = session.finish_call(summary).reaction
             for call_id, name, args in m.tool_calls:
                 calls_by_id[call_id] = (name, args)
             working = bool(m.tool_calls)

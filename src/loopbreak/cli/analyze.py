@@ -183,17 +183,18 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
         console.print(table)
     actions = [(r, a) for r in reports for a in r.tool_actions]
     if actions:
-        table = Table(title="tool-failure breaker", title_justify="left")
-        for name in ("session", "turn", "tool", "action", "failures"):
+        table = Table(title="tool rules", title_justify="left")
+        for name in ("session", "turn", "tool", "rule", "action", "count"):
             table.add_column(name)
         for r, a in actions:
-            table.add_row(r.session[:28], str(a.turn), a.tool, a.action, str(a.failures))
+            table.add_row(r.session[:28], str(a.turn), a.tool, a.rule, a.action, str(a.failures))
         console.print(table)
     total = summary(reports)
     console.print(
         f"[bold]{total['sessions']} sessions, {total['calls']} calls: {total['cut_calls']} would "
         f"have been cut, saving {total['saved_chars']:,} characters (≈ {total['saved_tokens']:,} "
-        f"tokens); {total['stall_fires']} stall fires, {total['tool_steers']} tool steers, "
+        f"tokens); {total['stall_fires']} stall fires, {total['monologue_fires']} monologue "
+        f"fires, {total['tool_steers']} tool steers, "
         f"{total['tool_denials']} denials.[/]", highlight=False)
     for error in errors:
         console.print(f"[red]unreadable:[/] {error}", highlight=False)

@@ -69,7 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loso", action="store_true",
                         help="leave one source out: choose each sweep's setting on every "
                              "source but one, score the one left out, for each source")
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration for --cases")
+    parser.add_argument("--agents", action="store_true",
+                        help="the rules across tool calls instead: score the labelled agent "
+                             "runs of agent-corpus/ (and .agent-corpus-local/) under the "
+                             "defaults (or --config), sweep their thresholds; with --loso, "
+                             "leave one source out")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration for --cases and "
+                                                         "--agents")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
@@ -112,6 +118,10 @@ def _row_json(row: SweepRow) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.stdlib_every < 1:
         raise InputError("--jobs and --stdlib-every must be >= 1")
+    if args.agents:
+        from loopbreak.cli.calibrate_agents import run_agents
+
+        return run_agents(args)
     if args.cases:
         return _run_cases(args)
     pool = loso_sweeps() if args.loso else standard_sweeps()

@@ -616,7 +616,7 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             with entry.lock:
                 if marker != entry.marker:
                     entry.marker = marker
-                    entry.session.start_turn()
+                    entry.session.start_turn(_text_of(message.content))
                     entry.session.observe(_text_of(message.content))
         return entry
 
@@ -640,9 +640,9 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The call ended (``result`` is ``None`` when the callback stopped it)."""
         watch = attempt.watch
         with entry.lock:
-            verdict = entry.session.finish_call(watch.call).stall
-        if verdict.reaction is not None:
-            entry.reaction = verdict.reaction
+            reaction = entry.session.finish_call(watch.call).reaction
+        if reaction is not None:
+            entry.reaction = reaction
         trip = watch.trip
         if result is None:
             response: ModelResponse[Any] = ModelResponse(result=[watch.message()])
@@ -713,11 +713,11 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _reacted(self, entry: _Entry, request: ModelRequest[Any]
                  ) -> tuple[ModelRequest[Any], AIMessage | None]:
-        """The stall rule's reaction to the previous call, applied to this one."""
+        """The stall or monologue rule's reaction to the previous call, applied to this one."""
         reaction, entry.reaction = entry.reaction, None
         if reaction is None:
             return request, None
-        logger.warning("loopbreak stall rule fired (%s): %s", reaction.kind, reaction.cause)
+        logger.warning("loopbreak %s rule fired (%s)", reaction.rule, reaction.kind)
         if reaction.kind == "cancel":
             return request, AIMessage(content=reaction.notice)
         if reaction.kind == "steer":
@@ -796,8 +796,8 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             decision = entry.session.before_tool(call["name"], call.get("args") or {})
         if decision.allowed:
             return entry, None
-        logger.info("loopbreak denied a call to %s (failed %d times)", call["name"],
-                    decision.failures)
+        logger.info("loopbreak denied a call to %s (%s, %d times)", call["name"],
+                    decision.rule, decision.failures)
         return entry, ToolMessage(content=decision.reason or "", tool_call_id=call.get("id") or "",
                                   name=call["name"], status="error")
 
@@ -806,8 +806,9 @@ class LoopbreakMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         call = request.tool_call
         name, args = call["name"], call.get("args") or {}
         if not isinstance(result, ToolMessage):
-            with entry.lock:
-                entry.session.after_tool(name, args, "", failed=False)
+            with entry.lock:  # a state update: what it sets is its result
+                entry.session.after_tool(name, args, repr(getattr(result, "update", result)),
+                                         failed=False)
             return result
         text = _text_of(result.content)
         failed = result.status == "error" or looks_like_failure(text)

@@ -274,7 +274,7 @@ class LoopbreakGuard(CustomLogger):
                                   call_type: Any) -> dict[str, Any] | str:
         """Before a chat request leaves the proxy, judge its history as ``loopbreak proxy``
         does: the tool-failure breaker's guidance goes into this turn's failing results, and
-        the stall rule's reaction applies (``steer``: a note as the newest user text;
+        the stall and monologue rules' reaction applies (``steer``: a note as the newest user text;
         ``cancel``: the notice, which LiteLLM then returns as the model's whole answer)."""
         messages = data.get("messages")
         if call_type not in _CHAT_CALLS or not isinstance(messages, list):
@@ -287,8 +287,8 @@ class LoopbreakGuard(CustomLogger):
         messages = with_guidance({"messages": messages}, view)["messages"]
         reaction = view.reaction
         if reaction is not None:
-            log.warning("loopbreak: %s model calls in a row stalled on %s: %s",
-                        config.stall.max_stalled_calls, data.get("model", "?"), reaction.kind)
+            log.warning("loopbreak: the %s rule fired on %s: %s", reaction.rule,
+                        data.get("model", "?"), reaction.kind)
             if reaction.kind == "cancel":
                 return reaction.notice
             if reaction.kind == "steer":

@@ -1,11 +1,15 @@
 """Tool-call hooks for an agent loop you wrote yourself: no framework, no extra.
 
-The rule (SPEC "tool-failure"): within one turn, from the 2nd identical failure
-on, the failing result the model reads carries guidance to change approach;
-once the same call (tool name + canonical arguments) has failed 3 times, the
-next identical call is denied before it runs, and the model reads why. The
-counts live in a :class:`~loopbreak.SessionGuard`, one per conversation; call
-``start_turn()`` when the user speaks.
+The rules (SPEC "tool-failure" and the README's tool rules): within one turn,
+from the 2nd identical failure on, the failing result the model reads carries
+guidance to change approach; once the same call (tool name + canonical
+arguments) has failed 3 times, the next identical call is denied before it
+runs, and the model reads why. The same holds for a call that returned the same
+result 3 times, a cycle of calls that came round 3 times unchanged, and 3
+different calls failing with the same error (those counts outlive the turn; a
+user message gives each call one more try). The counts live in a
+:class:`~loopbreak.SessionGuard`, one per conversation; call ``start_turn()``
+when the user speaks.
 
 :class:`ToolBreaker` runs one tool call through that rule: ask
 ``before_tool``, return the denial reason instead of running, run the tool,
@@ -19,9 +23,9 @@ one tool function so that calling it does all that.
 ...     raise FileNotFoundError(f"no such file: {path}")
 >>> [breaker.run("read", '{"path": "a.py"}', read).ran for _ in range(4)]
 [True, True, True, False]
->>> breaker.start_turn()  # a new user turn starts clean
->>> breaker.run("read", {"path": "a.py"}, read).text
-'FileNotFoundError: no such file: a.py'
+>>> breaker.start_turn()  # the user spoke: one more try, then denied again
+>>> [breaker.run("read", {"path": "a.py"}, read).ran for _ in range(2)]
+[True, False]
 """
 
 from __future__ import annotations

@@ -84,14 +84,15 @@ class CallReport:
 
 @dataclass
 class ToolAction:
-    """What the tool-failure breaker would have done with one tool call."""
+    """What the tool rules would have done with one tool call."""
 
     turn: int
     step: int
     tool: str
     action: str  # "steer" or "deny"
-    failures: int
+    failures: int  # the count the rule acted on: failures, identical results, cycles
     text: str
+    rule: str = "tool-failure"
 
 
 @dataclass
@@ -102,6 +103,7 @@ class StallReport:
     run: int
     reaction: str | None
     containment: float | None
+    rule: str = "stall"  # or "monologue": the same answer again without acting
 
 
 @dataclass
@@ -129,7 +131,9 @@ class SessionReport:
             "saved_chars": sum(c.saved_chars for c in self.calls),
             "saved_tokens": sum(c.saved_tokens for c in self.calls),
             "rules": dict(rules),
-            "stall_fires": sum(1 for s in self.stalls if s.reaction),
+            "stall_fires": sum(1 for s in self.stalls if s.reaction and s.rule == "stall"),
+            "monologue_fires": sum(1 for s in self.stalls
+                                   if s.reaction and s.rule == "monologue"),
             "tool_steers": sum(1 for a in self.tool_actions if a.action == "steer"),
             "tool_denials": sum(1 for a in self.tool_actions if a.action == "deny"),
         }
@@ -242,7 +246,12 @@ def analyze_events(events: Iterable[Event], path: str, config: Config | None = N
             guard = session.start_call()
             call_report = _call_report(event, guard)
             session.observe(event.joined("text")[-2000:] or event.joined("reasoning")[-2000:])
-            verdict = session.finish_call(guard).stall
+            outcome = session.finish_call(guard)
+            verdict = outcome.stall
+            if outcome.monologue is not None:
+                report.stalls.append(StallReport(event.turn, event.step, "monologue",
+                                                 outcome.monologue.fires,
+                                                 outcome.monologue.kind, None, "monologue"))
             if verdict.judged:
                 call_report.stall = {
                     "stalled": verdict.stalled, "reason": verdict.reason, "run": verdict.run,
@@ -259,12 +268,14 @@ def analyze_events(events: Iterable[Event], path: str, config: Config | None = N
             decision = session.before_tool(event.name, event.arguments)
             if not decision.allowed:
                 report.tool_actions.append(ToolAction(
-                    event.turn, step, event.name, "deny", decision.failures, decision.reason or ""))
+                    event.turn, step, event.name, "deny", decision.failures, decision.reason or "",
+                    decision.rule or "tool-failure"))
             guidance = session.after_tool(event.name, event.arguments, event.text,
                                           failed=event.failed, error_code=event.error_code)
             if guidance is not None and guidance.failures:
                 report.tool_actions.append(ToolAction(
-                    event.turn, step, event.name, "steer", guidance.failures, guidance.text))
+                    event.turn, step, event.name, "steer", guidance.failures, guidance.text,
+                    guidance.rule))
         elif isinstance(event, TurnEnd):
             pass
         elif isinstance(event, ReadReport):
@@ -281,7 +292,8 @@ def summary(reports: Iterable[SessionReport]) -> dict[str, Any]:
     """Totals over every session."""
     out: dict[str, Any] = {"sessions": 0, "calls": 0, "cut_calls": 0, "chars": 0,
                            "saved_chars": 0, "saved_tokens": 0, "rules": Counter(),
-                           "stall_fires": 0, "tool_steers": 0, "tool_denials": 0}
+                           "stall_fires": 0, "monologue_fires": 0, "tool_steers": 0,
+                           "tool_denials": 0}
     for report in reports:
         out["sessions"] += 1
         for key, value in report.totals().items():

@@ -362,8 +362,9 @@ class ProxyApp:
             forwarded = without_unsigned_thinking(forwarded)
         reaction = view.reaction
         if reaction is not None:
-            self.metrics.add("loopbreak_stall_reactions_total", kind=reaction.kind)
-            log_event("stall", kind=reaction.kind, fires=reaction.fires,
+            self.metrics.add("loopbreak_stall_reactions_total", kind=reaction.kind,
+                             rule=reaction.rule)
+            log_event(reaction.rule, kind=reaction.kind, fires=reaction.fires,
                       session=session_id(session_key(headers, body)))
             if reaction.kind == "steer":
                 forwarded = with_note(forwarded, kind, reaction.notice)

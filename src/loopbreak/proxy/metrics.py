@@ -33,7 +33,8 @@ class Metrics:
         "loopbreak_retries_total": ("counter", "Re-sent upstream requests, by reason."),
         "loopbreak_upstream_errors_total": ("counter", "Upstream failures, by kind."),
         "loopbreak_tool_denials_total": ("counter", "Tool calls held back and denied."),
-        "loopbreak_stall_reactions_total": ("counter", "Stall rule reactions, by kind."),
+        "loopbreak_stall_reactions_total": ("counter", "Reactions of the rules across calls "
+                                           "(stall, monologue), by rule and kind."),
         "loopbreak_streams_active": ("gauge", "Guarded streams open now."),
     }
 

@@ -550,17 +550,18 @@ def _tool_table(report: SessionReport) -> str:
         badge = "deny" if a.action == "deny" else "steer"
         rows.append(f'<tr><td class="num">{_n(a.turn)}</td><td class="num">{_n(a.step)}</td>'
                     f"<td><code>{_esc(a.tool)}</code></td>"
-                    f'<td><span class="badge {badge}">tool {_esc(a.action)}</span></td>'
+                    f'<td><span class="badge {badge}">{_esc(a.rule)} {_esc(a.action)}</span>'
+                    "</td>"
                     f'<td class="num">{_n(a.failures)}</td>'
                     f'<td class="msg">{_esc(_clip(a.text, MESSAGE_CHARS))}</td></tr>')
     steers = sum(1 for a in report.tool_actions if a.action == "steer")
     denials = sum(1 for a in report.tool_actions if a.action == "deny")
     more = _more_rows(len(report.tool_actions))
-    return (f'<details class="side"><summary>Tool breaker: {_plural(steers, "steer")}, '
+    return (f'<details class="side"><summary>Tool rules: {_plural(steers, "steer")}, '
             f'{_plural(denials, "denial")}</summary><div class="scroll"><table><thead><tr>'
             '<th scope="col" class="num">Turn</th><th scope="col" class="num">After step</th>'
             '<th scope="col">Tool</th><th scope="col">Action</th>'
-            '<th scope="col" class="num">Failures</th><th scope="col">What the model would '
+            '<th scope="col" class="num">Count</th><th scope="col">What the model would '
             f'read</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>{more}'
             "</details>")
 

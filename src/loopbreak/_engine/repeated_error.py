@@ -1,0 +1,84 @@
+"""repeated-error: different tool calls in one turn failing with the same error.
+
+The tool-failure rule counts one call failing again; this one counts one error
+coming back whatever the call: a missing dependency, a broken environment, a
+compile error no edit touches, an exhausted quota. A failure's error is its
+normalised text (the tool-failure rule's signature without the call). From the
+``steer_from``-th failure with the same error, coming from at least two
+different calls, the result carries guidance; after ``deny_after`` of them the
+tools that gave it are denied until one of them succeeds, which forgets the error.
+A new turn starts clean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loopbreak._config import RepeatedErrorConfig
+from loopbreak._engine.notices import Language, render
+from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
+
+RULE = "repeated-error"
+
+
+@dataclass
+class _Error:
+    failures: int = 0
+    keys: set[str] = field(default_factory=set)
+    tools: set[str] = field(default_factory=set)
+
+
+class RepeatedErrorRule:
+    """Failures of one turn, by error."""
+
+    def __init__(self, config: RepeatedErrorConfig | None = None) -> None:
+        self._config = config or RepeatedErrorConfig()
+        self._errors: dict[str, _Error] = {}
+
+    def start_turn(self) -> None:
+        self._errors.clear()
+
+    def _blocking(self, name: str) -> _Error | None:
+        cfg = self._config
+        for error in self._errors.values():
+            if error.failures >= cfg.deny_after and len(error.keys) > 1 and (
+                    name in error.tools or len(error.tools) > 1):
+                return error
+        return None
+
+    def may_deny(self, name: str) -> bool:
+        """Whether some call of tool ``name`` would be denied now."""
+        return self._config.enabled and self._blocking(name) is not None
+
+    def before(self, name: str, key: str, language: Language = "en") -> ToolDecision | None:
+        """A denial when tool ``name`` gave an error that came back too often."""
+        if not self._config.enabled:
+            return None
+        error = self._blocking(name)
+        if error is None:
+            return None
+        return ToolDecision(False, render("repeated_error.denied", language, tool=name,
+                                          failures=error.failures), error.failures, RULE)
+
+    def after(self, step: ToolStep, result: str, language: Language = "en"
+              ) -> ToolGuidance | None:
+        """Record a result; guidance once its error came back often enough."""
+        cfg = self._config
+        if not cfg.enabled:
+            return None
+        if not step.failed:
+            # The tool works: what failed before was the calls, not the tool.
+            self._errors = {s: e for s, e in self._errors.items() if step.name not in e.tools}
+            return None
+        signature = step.error[: cfg.error_chars]
+        if not signature:
+            return None  # no text to tell one error from another
+        error = self._errors.setdefault(signature, _Error())
+        error.failures += 1
+        error.keys.add(step.key)
+        error.tools.add(step.name)
+        if error.failures < cfg.steer_from or len(error.keys) < 2:
+            return None
+        return ToolGuidance(render("repeated_error.guidance", language, failures=error.failures,
+                                   error=result.strip()[:2000] or "(no error text)"),
+                            "prefix", error.failures, RULE)
