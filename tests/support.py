@@ -219,3 +219,34 @@ def failing_tool_history(times: int) -> list[dict[str, Any]]:
         messages.append({"role": "tool", "tool_call_id": f"c{i}",
                          "content": "Error: ENOENT: no such file: conf.toml"})
     return messages
+
+
+def action_arguments(value: Any) -> dict[str, Any]:
+    """An agent-corpus call's arguments as a JSON object (a text agent's action input is
+    wrapped), so every face keys it alike."""
+    return value if isinstance(value, dict) else {"input": "" if value is None else str(value)}
+
+
+def openai_history(run: Any, upto: int) -> list[dict[str, Any]]:
+    """The steps of an agent-corpus run before ``upto`` as the messages an OpenAI client
+    sends."""
+    messages: list[dict[str, Any]] = []
+    ids: list[str] = []
+    for i, s in list(enumerate(run.steps))[:upto]:
+        if s["role"] == "user":
+            messages.append({"role": "user", "content": s.get("text") or ""})
+        elif s["role"] == "assistant":
+            calls = s.get("tool_calls") or []
+            ids = [f"call_{i}_{j}" for j in range(len(calls))]
+            message: dict[str, Any] = {"role": "assistant", "content": s.get("text") or None}
+            if calls:
+                message["tool_calls"] = [
+                    {"id": ids[j], "type": "function", "function": {
+                        "name": c["name"],
+                        "arguments": json.dumps(action_arguments(c.get("arguments")))}}
+                    for j, c in enumerate(calls)]
+            messages.append(message)
+        elif ids:
+            messages.append({"role": "tool", "tool_call_id": ids.pop(0),
+                             "content": s.get("result") or ""})
+    return messages

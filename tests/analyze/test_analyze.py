@@ -167,3 +167,58 @@ def test_the_table_says_why_rows_were_not_read(tmp_path: Path,
                if line.startswith("not read:")]
     assert line.startswith("not read: capture.jsonl: 1 invalid row (first: line 1: invalid JSON")
     assert line.endswith("; 2 rows of unknown type 'mystery'")
+
+
+def test_recorded_agent_runs_report_the_rules_across_tool_calls(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Real stuck runs of the agent corpus, written as the request/response log a proxy or
+    an SDK records: analyze names the rule that steered and denied each."""
+    from loopbreak.offline.agent_corpus import load_trajectories
+    from support import openai_history
+
+    corpus = Path(__file__).resolve().parents[2] / "agent-corpus"
+    runs = sorted(load_trajectories([corpus]), key=lambda t: t.id)
+    wanted = {"no-progress", "alternation", "repeated-error"}
+    picked = {}
+    for run in runs:
+        # A result reaches the log in the next request's history: the fourth round's result
+        # must be followed by another request.
+        later = [i for i, s in enumerate(run.steps) if s["role"] == "assistant"
+                 and len(run.repeats) >= 4 and i > run.repeats[3]]
+        if run.pattern in wanted and run.pattern not in picked and later:
+            picked[run.pattern] = run
+    assert set(picked) == wanted
+    for pattern, run in picked.items():
+        lines = []
+        for i, step in enumerate(run.steps):
+            if step["role"] != "assistant":
+                continue
+            message = openai_history(run, i + 1)[-1]
+            lines.append({"request": {"model": "m", "messages": openai_history(run, i)},
+                          "response": {"id": f"r{i}", "object": "chat.completion",
+                                       "choices": [{"index": 0, "message": message,
+                                                    "finish_reason": "tool_calls"
+                                                    if message.get("tool_calls") else "stop"}]}})
+        (tmp_path / f"{pattern}.jsonl").write_text(
+            "".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    assert main(["analyze", "--json", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rules = {Path(s["path"]).stem: {(a["rule"], a["action"]) for a in s["tool_actions"]}
+             for s in out["sessions"]}
+    known = {"tool-failure", "no-progress", "alternation", "repeated-error"}
+    for pattern in wanted:  # each stuck run is denied, by whichever rule saw it first
+        assert any(action == "deny" for _, action in rules[pattern]), (pattern, rules[pattern])
+        assert {rule for rule, _ in rules[pattern]} <= known
+    assert ("repeated-error", "deny") in rules["repeated-error"]
+    assert out["summary"]["tool_denials"] >= 3
+
+
+def test_a_recorded_monologue_is_reported() -> None:
+    same = "I have checked the configuration and everything looks correct to me."
+    events = [SessionStart("mem", "test"), TurnStart(1),
+              *[RecordedCall(1, step, (Delta("text", same),), finish="stop")
+                for step in (1, 2, 3)]]
+    (report,) = analyze_events(events, "mem")  # type: ignore[arg-type]
+    fires = [(s.rule, s.reaction) for s in report.stalls]
+    assert fires == [("monologue", "steer"), ("monologue", "cancel")]
+    assert report.totals()["monologue_fires"] == 2

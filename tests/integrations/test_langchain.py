@@ -268,6 +268,29 @@ def test_a_repeated_failing_tool_call_gets_guidance_then_is_denied(
     assert last_request[-1]["role"] == "tool" and "was not run" in last_request[-1]["content"]
 
 
+def test_the_same_result_again_is_denied_without_reading_it_as_a_failure(
+        upstream: ScriptedUpstream) -> None:
+    runs: list[str] = []
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a text file."""
+        runs.append(path)
+        return "(the file is empty)"  # not a failure: the same non-answer each time
+
+    upstream.enqueue(*_repeated_calls(4, "The settings file is empty."))
+    agent = create_agent(_model(upstream), tools=[read_file],
+                         middleware=[LoopbreakMiddleware()])
+    result = agent.invoke(QUESTION)
+    results = [str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert len(runs) == 3
+    assert results[2].startswith("[loopbreak] This exact call to `read_file` has now returned "
+                                 "the same result 3 times")
+    assert results[3].startswith("[loopbreak] This call to `read_file` was not run: the "
+                                 "identical call already returned the same result 3 times")
+    assert result["messages"][-1].content == "The settings file is empty."
+
+
 def test_a_raising_tool_still_raises_unless_asked(upstream: ScriptedUpstream) -> None:
     @tool
     def read_file(path: str) -> str:

@@ -8,7 +8,8 @@ previous one is at least ``similarity`` extends the run, anything else (a tool
 call, a different answer, a new user message) starts it over. At
 ``steer_from`` answers in the run the host adds a note the model reads; from
 ``stop_after`` the host ends the turn instead of asking the model again.
-A user message equal to the previous one (a canned reminder) is not new.
+A user message equal to the previous one (a canned reminder from the second time
+on) is not new.
 """
 
 from __future__ import annotations

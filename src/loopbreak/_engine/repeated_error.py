@@ -6,8 +6,10 @@ compile error no edit touches, an exhausted quota. A failure's error is its
 normalised text (the tool-failure rule's signature without the call). From the
 ``steer_from``-th failure with the same error, coming from at least two
 different calls, the result carries guidance; after ``deny_after`` of them the
-tools that gave it are denied until one of them succeeds, which forgets the error.
-A new turn starts clean.
+tools that gave it are denied until one of them succeeds, which forgets the error;
+every tool is, when the error came from two tools or was the last ``deny_after``
+results in a row (nothing the agent tried since has worked: a broken environment,
+an action the world rejects).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class _Error:
     failures: int = 0
     keys: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
+    streak: int = 0  # the latest results in a row that were this error
 
 
 class RepeatedErrorRule:
@@ -42,7 +45,8 @@ class RepeatedErrorRule:
         cfg = self._config
         for error in self._errors.values():
             if error.failures >= cfg.deny_after and len(error.keys) > 1 and (
-                    name in error.tools or len(error.tools) > 1):
+                    name in error.tools or len(error.tools) > 1
+                    or error.streak >= cfg.deny_after):
                 return error
         return None
 
@@ -66,15 +70,19 @@ class RepeatedErrorRule:
         cfg = self._config
         if not cfg.enabled:
             return None
+        signature = step.error[: cfg.error_chars] if step.failed else ""
+        for known, other in self._errors.items():
+            if known != signature:
+                other.streak = 0
         if not step.failed:
             # The tool works: what failed before was the calls, not the tool.
             self._errors = {s: e for s, e in self._errors.items() if step.name not in e.tools}
             return None
-        signature = step.error[: cfg.error_chars]
         if not signature:
             return None  # no text to tell one error from another
         error = self._errors.setdefault(signature, _Error())
         error.failures += 1
+        error.streak += 1
         error.keys.add(step.key)
         error.tools.add(step.name)
         if error.failures < cfg.steer_from or len(error.keys) < 2:

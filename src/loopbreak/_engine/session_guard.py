@@ -188,7 +188,7 @@ class SessionGuard:
         language = self.language
         decision = self._tools.before_key(name, key, language)
         if decision.allowed:
-            for rule in (self._no_progress, self._alternation, self._repeated_error):
+            for rule in (self._alternation, self._no_progress, self._repeated_error):
                 denial = rule.before(name, key, language)
                 if denial is not None:
                     decision = denial
@@ -227,8 +227,8 @@ class SessionGuard:
         found = [
             self._tools.after_key(name, key, failed=failed, error_code=error_code,
                                   error_text=error, language=language),
-            self._no_progress.after(step, result, language),
             self._alternation.after(step, language),
+            self._no_progress.after(step, result, language),
             self._repeated_error.after(step, error, language),
         ]
         guidance = next((g for g in found if g is not None), None)
