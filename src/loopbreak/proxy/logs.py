@@ -1,6 +1,6 @@
 """The proxy's log: one JSON object per line, on the ``loopbreak.proxy`` logger.
 
-Every line is an event (``trip``, ``tool-denied``, ``stall``, ``upstream-error``,
+Every line is an event (``trip``, ``tool-denied``, ``stall``, ``monologue``, ``upstream-error``,
 ``passthrough-broken``, ``config-rejected``, ``config-missing`` at warning or error;
 ``request``, ``config-reloaded``, ``upstream-dialect`` at info) with its fields; the
 command's formatter puts the time and level inside the object, so every line of the proxy's
