@@ -32,12 +32,16 @@ class AlternationRule:
 
     def _closed_cycle(self) -> tuple[ToolStep, ...] | None:
         cfg = self._config
-        steps = list(self._steps)
+        steps = self._steps
+        last = steps[-1]
         for period in range(2, cfg.max_period + 1):
             span = period * cfg.cycles
             if len(steps) < span:
                 break
-            tail = steps[-span:]
+            back = steps[-1 - period]
+            if (back.key, back.shape) != (last.key, last.shape):
+                continue  # the newest step does not repeat this period's: no cycle closes
+            tail = list(steps)[-span:]
             unit = tail[:period]
             if len({(s.key, s.shape) for s in unit}) < period:
                 continue  # a shorter cycle (or one call) is another rule's

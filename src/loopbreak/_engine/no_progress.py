@@ -41,16 +41,23 @@ _WAITING = re.compile(
 _MAX_KEYS = 4096
 
 
+_WAITING_WORDS = ("running", "pending", "progress", "queued", "processing", "starting",
+                  "waiting", "not ")
+
+
 def reads_as_waiting(result: str) -> bool:
     """Whether a result reports a state still in progress (in its first 2,000 characters)."""
-    return bool(_WAITING.search(result[:2000]))
+    head = result[:2000]
+    folded = head.casefold()
+    # The words first (a scan in C); the pattern only where one of them occurs.
+    return any(word in folded for word in _WAITING_WORDS) and bool(_WAITING.search(head))
 
 
 @dataclass
 class _Run:
     result: str
     count: int
-    waiting: bool
+    waiting: bool = False  # read only once the run is long enough to matter
 
 
 class NoProgressRule:
@@ -97,9 +104,10 @@ class NoProgressRule:
             self._seen.add(step.key)
         run = self._runs.pop(step.key, None)
         if run is None or run.result != step.result:
-            run = _Run(step.result, 0, False)
+            run = _Run(step.result, 0)
         run.count += 1
-        run.waiting = reads_as_waiting(result)
+        if run.count >= min(cfg.steer_from, cfg.deny_after):
+            run.waiting = reads_as_waiting(result)
         self._runs[step.key] = run  # the newest last: the oldest go first
         if len(self._runs) > _MAX_KEYS:
             del self._runs[next(iter(self._runs))]

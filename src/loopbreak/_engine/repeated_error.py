@@ -28,7 +28,6 @@ class _Error:
     failures: int = 0
     keys: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
-    streak: int = 0  # the latest results in a row that were this error
 
 
 class RepeatedErrorRule:
@@ -37,16 +36,22 @@ class RepeatedErrorRule:
     def __init__(self, config: RepeatedErrorConfig | None = None) -> None:
         self._config = config or RepeatedErrorConfig()
         self._errors: dict[str, _Error] = {}
+        self._by_tool: dict[str, set[str]] = {}  # the errors each tool gave
+        self._grave: set[str] = set()  # errors past deny_after, from two calls or more
+        self._streak = ("", 0)  # the error of the latest results in a row, and how many
 
     def start_turn(self) -> None:
         self._errors.clear()
+        self._by_tool.clear()
+        self._grave.clear()
+        self._streak = ("", 0)
 
     def _blocking(self, name: str) -> _Error | None:
-        cfg = self._config
-        for error in self._errors.values():
-            if error.failures >= cfg.deny_after and len(error.keys) > 1 and (
-                    name in error.tools or len(error.tools) > 1
-                    or error.streak >= cfg.deny_after):
+        streak, run = self._streak
+        for signature in self._grave:
+            error = self._errors[signature]
+            if name in error.tools or len(error.tools) > 1 or (
+                    signature == streak and run >= self._config.deny_after):
                 return error
         return None
 
@@ -70,21 +75,27 @@ class RepeatedErrorRule:
         cfg = self._config
         if not cfg.enabled:
             return None
-        signature = step.error[: cfg.error_chars] if step.failed else ""
-        for known, other in self._errors.items():
-            if known != signature:
-                other.streak = 0
         if not step.failed:
+            self._streak = ("", 0)
             # The tool works: what failed before was the calls, not the tool.
-            self._errors = {s: e for s, e in self._errors.items() if step.name not in e.tools}
+            for signature in self._by_tool.pop(step.name, ()):
+                error = self._errors.pop(signature, None)
+                self._grave.discard(signature)
+                for tool in error.tools if error is not None else ():
+                    self._by_tool.get(tool, set()).discard(signature)
             return None
+        signature = step.error[: cfg.error_chars]
+        streak, run = self._streak
+        self._streak = (signature, run + 1 if signature == streak else 1)
         if not signature:
             return None  # no text to tell one error from another
         error = self._errors.setdefault(signature, _Error())
         error.failures += 1
-        error.streak += 1
         error.keys.add(step.key)
         error.tools.add(step.name)
+        self._by_tool.setdefault(step.name, set()).add(signature)
+        if error.failures >= cfg.deny_after and len(error.keys) > 1:
+            self._grave.add(signature)
         if error.failures < cfg.steer_from or len(error.keys) < 2:
             return None
         return ToolGuidance(render("repeated_error.guidance", language, failures=error.failures,

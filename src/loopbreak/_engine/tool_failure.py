@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from loopbreak._config import ToolFailureConfig
+from loopbreak._engine import tool_steps
 from loopbreak._engine.notices import Language, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
 
@@ -78,7 +79,9 @@ _CACHE_SIZE = 4096
 
 
 def clear_caches() -> None:
-    """Forget the kept canonical forms and verdicts (a benchmark's cold start)."""
+    """Forget the kept canonical forms, verdicts and fingerprints (a benchmark's cold
+    start)."""
+    tool_steps.clear_caches()
     _canonical_text.cache_clear()
     _head_looks_like_failure.cache_clear()
     _normalise_error_cached.cache_clear()

@@ -21,7 +21,6 @@ a healthy run must never be denied.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections import Counter, defaultdict
@@ -35,6 +34,7 @@ from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.tool_failure import looks_like_failure
 from loopbreak._errors import InputError
+from loopbreak.offline.corpus import _jsonl_rows
 
 AGENT_CORPUS_ENV = "LOOPBREAK_AGENT_CORPUS"
 DEFAULT_AGENT_CORPUS = Path("agent-corpus")
@@ -85,22 +85,11 @@ def load_trajectories(dirs: Sequence[Path] | None = None) -> list[Trajectory]:
 
 
 def _rows(path: Path, source: str) -> Iterator[Trajectory]:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    yield _trajectory(line, f"{path}:{number}", source)
-    except (OSError, EOFError) as exc:
-        raise InputError(f"{path}: cannot read it as gzip: {exc}") from None
+    for number, row in _jsonl_rows(path):
+        yield _trajectory(row, f"{path}:{number}", source)
 
 
-def _trajectory(line: str, where: str, source: str) -> Trajectory:
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise InputError(f"{where}: not JSON: {exc}") from None
-    if not isinstance(row, dict):
-        raise InputError(f"{where}: a row must be a JSON object")
+def _trajectory(row: dict[str, Any], where: str, source: str) -> Trajectory:
     label, steps = row.get("label"), row.get("steps")
     if label not in ("stuck", "healthy"):
         raise InputError(f"{where}: 'label' must be 'stuck' or 'healthy', not {label!r}")
