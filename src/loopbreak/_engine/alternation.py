@@ -1,10 +1,13 @@
 """alternation: a few calls taking turns (A-B-A-B, A-B-C-A-B-C), none changing its result.
 
-Each step of the turn is a call's key with its result's fingerprint. When the
-last ``cycles`` × ``period`` steps repeat one cycle of ``period`` distinct calls
-(2 to ``max_period``), every call returning what it returned a cycle before, the
-last result carries guidance; the call that would start the next cycle is then
-denied before dispatch. Any other call breaks the cycle; a new turn starts clean.
+Each step is a call's key with its result's fingerprint, numbers masked (a
+search that reports 10 spans, then 25, none of them relevant, has not changed its
+answer). When the last ``cycles`` × ``period`` steps repeat one cycle of
+``period`` distinct calls (2 to ``max_period``), every call returning what it
+returned a cycle before, the last result carries guidance; the call that would
+start the next cycle is then denied before dispatch. Any other call breaks the
+cycle. With ``scope = "turn"`` a new turn starts clean; by default the steps carry
+over and the session guard gives each call one more try after a user message.
 """
 
 from __future__ import annotations

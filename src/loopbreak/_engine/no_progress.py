@@ -10,7 +10,9 @@ in a row; a call never made before in the turn is new ground and starts every
 run over. From
 the ``steer_from``-th identical result the result carries guidance; after
 ``deny_after`` of them the identical call is denied before dispatch. A different
-result starts that call's run over.
+result starts that call's run over. With ``scope = "turn"`` a new turn starts
+clean; by default the runs carry over and the session guard gives each call one
+more try after a user message.
 
 Polling is how a state in progress is watched, and its result stays the same
 until the state changes: a result that reports one (running, pending, queued,

@@ -71,13 +71,13 @@ TEXTS: dict[Language, dict[str, str]] = {
             "times. Do something different and carry on with the task."
         ),
         "repeated_error.guidance": (
-            "[loopbreak] {failures} different tool calls in this turn failed with the same "
+            "[loopbreak] {failures} different tool calls have failed with the same "
             "error. The cause is not in the arguments you keep changing: find out what the "
             "error means before calling again.\nThe error was:\n{error}"
         ),
         "repeated_error.denied": (
-            "[loopbreak] This call to `{tool}` was not run: {failures} calls in this turn "
-            "failed with the same error and nothing has succeeded since. Deal with the "
+            "[loopbreak] This call to `{tool}` was not run: {failures} calls have failed "
+            "with the same error and nothing has succeeded since. Deal with the "
             "cause of the error first, or tell the user what blocks you."
         ),
         "monologue.steer": (
@@ -136,11 +136,11 @@ TEXTS: dict[Language, dict[str, str]] = {
             "请换一种做法，继续完成任务。"
         ),
         "repeated_error.guidance": (
-            "[loopbreak] 本轮中已有 {failures} 个不同的工具调用以相同的错误失败。"
+            "[loopbreak] 已有 {failures} 个不同的工具调用以相同的错误失败。"
             "原因不在你不断修改的参数上：再次调用之前，先弄清这个错误的含义。\n错误信息：\n{error}"
         ),
         "repeated_error.denied": (
-            "[loopbreak] 对 `{tool}` 的这个调用没有执行：本轮中已有 {failures} 个调用以相同的错误"
+            "[loopbreak] 对 `{tool}` 的这个调用没有执行：已有 {failures} 个调用以相同的错误"
             "失败，此后没有任何成功。请先处理错误的原因，或告诉用户是什么阻碍了你。"
         ),
         "monologue.steer": (

@@ -1,4 +1,4 @@
-"""repeated-error: different tool calls in one turn failing with the same error.
+"""repeated-error: different tool calls failing with the same error.
 
 The tool-failure rule counts one call failing again; this one counts one error
 coming back whatever the call: a missing dependency, a broken environment, a
@@ -9,7 +9,9 @@ different calls, the result carries guidance; after ``deny_after`` of them the
 tools that gave it are denied until one of them succeeds, which forgets the error;
 every tool is, when the error came from two tools or was the last ``deny_after``
 results in a row (nothing the agent tried since has worked: a broken environment,
-an action the world rejects).
+an action the world rejects). With ``scope = "turn"`` a new turn starts clean; by
+default the errors carry over and the session guard gives each call one more try
+after a user message.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ decisions the rules hand back.
 A call's key is the tool name plus a canonical form of its arguments; a result's
 fingerprint is a digest of its text with whitespace collapsed and long hex ids
 masked, so a result that differs only in a request id or its line breaks counts
-as the same, and one whose numbers moved (a page, a count, a line) does not.
+as the same, and one whose numbers moved (a page, a count, a line) does not; its
+shape masks the numbers too, for the rule that asks whether a round of calls
+brought anything new.
 """
 
 from __future__ import annotations
