@@ -273,8 +273,8 @@ class LoopbreakGuard(CustomLogger):
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any],
                                   call_type: Any) -> dict[str, Any] | str:
         """Before a chat request leaves the proxy, judge its history as ``loopbreak proxy``
-        does: the tool-failure breaker's guidance goes into this turn's failing results, and
-        the stall and monologue rules' reaction applies (``steer``: a note as the newest user text;
+        does: the tool rules' guidance goes into the results it concerns, and the stall and
+        monologue rules' reaction applies (``steer``: a note as the newest user text;
         ``cancel``: the notice, which LiteLLM then returns as the model's whole answer)."""
         messages = data.get("messages")
         if call_type not in _CHAT_CALLS or not isinstance(messages, list):
