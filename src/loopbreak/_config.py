@@ -40,6 +40,13 @@ def _key(default: Any, doc: str, *, low: float | None = None, high: float | None
     return field(default=default, metadata=meta)
 
 
+def _scope_key(why: str) -> Any:
+    """The ``scope`` key the tool rules past tool-failure share; ``why`` is its measurement."""
+    return _key("session", "turn: each user message starts the counts over; session: they carry "
+                "over and a user message gives each call one more try. " + why,
+                choices=("turn", "session"))
+
+
 class _Section:
     """Validation shared by every section: type, range and choices of each field."""
 
@@ -424,10 +431,7 @@ class NoProgressConfig(_Section):
                                       "progress (status: running, still pending, not ready yet): "
                                       "polling is how such a state is watched. No real run "
                                       "polls; 8 is a policy.", low=1, high=1000)
-    scope: str = _key("session", "turn: each user message starts the counts over; session: they "
-                      "carry over and a user message gives each call one more try. "
-                      "Session: 3 more caught (agents retry across the user's replies).",
-                      choices=("turn", "session"))
+    scope: str = _scope_key("Session: 3 more caught (agents retry across the user's replies).")
 
 
 @dataclass(frozen=True)
@@ -440,10 +444,7 @@ class AlternationConfig(_Section):
     cycles: int = _key(3, "Full cycles with unchanged results that steer; the call that would "
                           "start the next cycle is denied. 2 denies a healthy run.",
                           low=2, high=100)
-    scope: str = _key("session", "turn: each user message starts the counts over; session: they "
-                      "carry over and a user message gives each call one more try. "
-                      "Either catches 258.",
-                      choices=("turn", "session"))
+    scope: str = _scope_key("Either catches 258.")
 
 
 @dataclass(frozen=True)
@@ -459,10 +460,7 @@ class RepeatedErrorConfig(_Section):
                               "one of them succeeds. 4 catches 63 fewer.", low=2, high=1000)
     error_chars: int = _key(160, "Normalised error text kept in an error signature.",
                                  low=1, high=1 << 16)
-    scope: str = _key("session", "turn: each user message starts the counts over; session: they "
-                      "carry over and a user message gives each call one more try. "
-                      "Session: 1 more caught.",
-                      choices=("turn", "session"))
+    scope: str = _scope_key("Session: 1 more caught.")
 
 
 @dataclass(frozen=True)

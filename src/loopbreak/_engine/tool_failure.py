@@ -16,7 +16,6 @@ dispatch there is no result yet.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from functools import lru_cache
@@ -26,6 +25,7 @@ from loopbreak._config import ToolFailureConfig
 from loopbreak._engine import tool_steps
 from loopbreak._engine.notices import Language, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
+from loopbreak._engine.tool_steps import digest as _digest
 
 __all__ = ["ToolDecision", "ToolFailureBreaker", "ToolGuidance", "canonical_arguments",
            "looks_like_failure", "normalise_error"]
@@ -35,10 +35,6 @@ RULE = "tool-failure"
 _HEX = re.compile(r"0x[0-9a-f]+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b")
 _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _bounded(value: Any, depth: int) -> Any:

@@ -36,9 +36,13 @@ def _id(match: re.Match[str]) -> str:
     return run
 
 
-def _digest(text: str) -> str:
-    text = " ".join(text.split())
+def digest(text: str) -> str:
+    """A short stable digest of ``text`` (what keys and fingerprints are made of)."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _digest_words(text: str) -> str:
+    return digest(" ".join(text.split()))
 
 
 def result_fingerprints(result: str) -> tuple[str, str]:
@@ -52,7 +56,7 @@ def result_fingerprints(result: str) -> tuple[str, str]:
 
 def _fingerprints(result: str) -> tuple[str, str]:
     text = _HEX_RUN.sub(_id, result)
-    return _digest(text), _digest(_DIGITS.sub("#", text))
+    return _digest_words(text), _digest_words(_DIGITS.sub("#", text))
 
 
 _cached_fingerprints = lru_cache(maxsize=_CACHE_SIZE)(_fingerprints)

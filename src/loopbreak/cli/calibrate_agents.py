@@ -66,8 +66,7 @@ def run_agents(args: argparse.Namespace) -> int:
             held = leave_one_source_out(trajectories, points, config, reading)
             total = Tally()
             for h in held:
-                for attr in vars(total):
-                    setattr(total, attr, getattr(total, attr) + getattr(h.score, attr))
+                total.merge(h.score)
             result["loso"][reading] = {
                 "sources": [{"source": h.source, "chosen": h.chosen, **h.score.as_dict()}
                             for h in held],

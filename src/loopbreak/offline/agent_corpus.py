@@ -247,6 +247,11 @@ class Tally:
             self.healthy_steered += verdict.steered
             self.healthy_denied += verdict.stopped
 
+    def merge(self, other: Tally) -> None:
+        """Add ``other``'s counts to these."""
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
     @property
     def recall(self) -> float:
         return self.caught / self.stuck if self.stuck else 1.0
@@ -363,8 +368,7 @@ def leave_one_source_out(trajectories: Sequence[Trajectory], points: Sequence[Sw
                 rest = Tally()
                 for name, part in point.by_source[reading].items():
                     if name != source:
-                        for attr in ("stuck", "caught", "healthy", "healthy_denied"):
-                            setattr(rest, attr, getattr(rest, attr) + getattr(part, attr))
+                        rest.merge(part)
                 if rest.healthy_denied:
                     continue
                 rank = (rest.caught, point.default)
