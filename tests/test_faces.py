@@ -1,12 +1,16 @@
-"""The same scripted situations through every face that cuts a stream: the proxy (the openai
-SDK through it), the openai wrapper, the LiteLLM hook (``litellm.acompletion``'s real stream)
-and the LangChain middleware (a real agent over ``ChatOpenAI``). Each must end the same way:
-the same finish reason, the notice shown, the same number of model requests, thinking off on
-the retry, an error where the configuration asks for one. They all carry out one plan
-(``loopbreak._recovery``); this table is what keeps them from drifting apart again. The faces
-that read the request's own history (the proxy, the LiteLLM hook) also deny a call that
-failed three times alike: not relayed, the model re-asked with the reason, and a model that
-insists ends with the reason."""
+"""The same scripted situations through every face that cuts a model's answer: the proxy's
+streamed route and its whole (non-streamed) route (the openai SDK through ``ProxyServer``, with
+``stream=True`` and without), the openai wrapper, the LiteLLM hook (``litellm.acompletion``'s
+real stream) and the LangChain middleware (a real agent over ``ChatOpenAI``). Each must end the
+same way: the same finish reason, the notice shown, the tool calls the client got, the same
+number of model requests, thinking off on the retry, an error where the configuration asks for
+one. They all carry out one plan (``loopbreak._recovery``); this table is what keeps them from
+drifting apart again. Where a face cannot do what the others do (LangChain's agent runs the
+tool before anyone sees the loop; a whole answer that holds an answer or tool calls is already
+made and paid for), the cell says so and why. The faces that read the request's own history
+(the proxy's two routes, the LiteLLM hook) also deny a call that failed three times alike: not
+relayed, the model re-asked with the reason, and a model that insists ends with the reason.
+The tool hooks of the agent frameworks are tests/test_tool_faces.py's table."""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class Outcome:
     finish: str | None
     notice: bool
     answered: bool
+    tools: tuple[str, ...]
     requests: int
     retry_thinking: Any
     error: bool
@@ -54,20 +59,32 @@ class Seen:
     text: str = ""
     finish: str | None = None
     error: bool = False
+    tools: tuple[str, ...] = ()
+    """The names of the tool calls the client got."""
 
 
 def _outcome(seen: Seen, upstream: ScriptedUpstream) -> Outcome:
     chats = [r for r in upstream.requests if r.path.endswith("/chat/completions")]
     return Outcome(seen.finish, "[loopbreak]" in seen.text, seen.text.endswith(ANSWER),
-                   len(chats), chats[1].body.get("thinking") if len(chats) > 1 else None,
-                   seen.error)
+                   seen.tools, len(chats),
+                   chats[1].body.get("thinking") if len(chats) > 1 else None, seen.error)
 
 
 def _stream_seen(chunks: list[Any]) -> Seen:
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finishes = [c.choices[0].finish_reason for c in chunks
                 if c.choices and c.choices[0].finish_reason]
-    return Seen(text, finishes[-1] if finishes else None)
+    tools = tuple(call.function.name for c in chunks if c.choices
+                  for call in (c.choices[0].delta.tool_calls or [])
+                  if call.function and call.function.name)
+    return Seen(text, finishes[-1] if finishes else None, tools=tools)
+
+
+def _whole_seen(answer: Any) -> Seen:
+    """What the client of a whole answer got: the message and its finish reason."""
+    choice = answer.choices[0]
+    return Seen(choice.message.content or "", choice.finish_reason,
+                tools=tuple(call.function.name for call in choice.message.tool_calls or []))
 
 
 def through_proxy(upstream: ScriptedUpstream, config: Config) -> Seen:
@@ -81,6 +98,17 @@ def through_proxy(upstream: ScriptedUpstream, config: Config) -> Seen:
         except openai.APIError:
             return Seen(error=True)
     return _stream_seen(chunks)
+
+
+def through_proxy_whole(upstream: ScriptedUpstream, config: Config) -> Seen:
+    with ProxyServer(upstream.url, config=config) as proxy:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        try:
+            answer = client.chat.completions.create(
+                model="m", messages=MESSAGES, extra_body=THINKING)  # type: ignore[arg-type]
+        except openai.APIError:
+            return Seen(error=True)
+    return _whole_seen(answer)
 
 
 def through_openai_wrapper(upstream: ScriptedUpstream, config: Config) -> Seen:
@@ -137,11 +165,13 @@ def through_langchain(upstream: ScriptedUpstream, config: Config) -> Seen:
         return Seen(error=True)
     first = next(m for m in result["messages"] if isinstance(m, AIMessage))
     text = first.content if isinstance(first.content, str) else str(first.content)
-    return Seen(text, first.response_metadata.get("finish_reason"))
+    return Seen(text, first.response_metadata.get("finish_reason"),
+                tools=tuple(call["name"] for call in first.tool_calls))
 
 
 FACES: dict[str, Callable[[ScriptedUpstream, Config], Seen]] = {
     "proxy": through_proxy,
+    "proxy-whole": through_proxy_whole,
     "openai-wrapper": through_openai_wrapper,
     "litellm-hook": through_litellm,
     "langchain": through_langchain,
@@ -167,23 +197,41 @@ def _tool_then_loop() -> Script:
 SITUATIONS: dict[str, tuple[Callable[[], list[Script]], Config, Outcome]] = {
     "reasoning loop, retry": (
         lambda: [_reasoning_loop(), Script.openai(text=ANSWER)], Config(),
-        Outcome("stop", True, True, 2, {"type": "disabled"}, False)),
+        Outcome("stop", True, True, (), 2, {"type": "disabled"}, False)),
+    "reasoning loop, retry, no notice": (
+        lambda: [_reasoning_loop(), Script.openai(text=ANSWER)],
+        Config().replace(**{"recovery.notice": False}),
+        Outcome("stop", False, True, (), 2, {"type": "disabled"}, False)),
     "reasoning loop, stop": (
         lambda: [_reasoning_loop()], Config().replace(**{"recovery.on_trip": "stop"}),
-        Outcome("stop", True, False, 1, None, False)),
+        Outcome("stop", True, False, (), 1, None, False)),
     "text loop": (
         lambda: [_text_loop()], Config(),
-        Outcome("stop", True, False, 1, None, False)),
+        Outcome("stop", True, False, (), 1, None, False)),
     "reasoning loop, error": (
         lambda: [_reasoning_loop()], Config().replace(**{"recovery.on_trip": "error"}),
-        Outcome(None, False, False, 1, None, True)),
+        Outcome(None, False, False, (), 1, None, True)),
     "no notice": (
         lambda: [_reasoning_loop()], Config().replace(**{"recovery.on_trip": "stop",
                                                          "recovery.notice": False}),
-        Outcome("stop", False, False, 1, None, False)),
+        Outcome("stop", False, False, (), 1, None, False)),
     "tool call sent, then a loop": (
         lambda: [_tool_then_loop(), Script.openai(text=ANSWER)], Config(),
-        Outcome("tool_calls", True, False, 1, None, False)),
+        Outcome("tool_calls", True, False, ("write",), 1, None, False)),
+}
+
+# Where a face cannot do what the others do: (face, situation) -> the outcome it gives.
+DIFFERS: dict[tuple[str, str], Outcome] = {
+    # The agent runs the tool and asks the model again, thinking still on: no retry.
+    ("langchain", "tool call sent, then a loop"):
+        Outcome("tool_calls", True, False, ("write",), 2, {"type": "enabled"}, False),
+    # A whole answer that holds an answer or tool calls is already made and paid for: nothing
+    # is saved by cutting it, and what it holds is what the client asked for, so it passes as
+    # it came (an x-loopbreak-trip header marks it). Only a whole answer that holds nothing
+    # but reasoning is recovered as the plan says (retried, ended with the notice, or an error).
+    ("proxy-whole", "text loop"): Outcome("stop", False, False, (), 1, None, False),
+    ("proxy-whole", "tool call sent, then a loop"):
+        Outcome("tool_calls", False, False, ("write",), 1, None, False),
 }
 
 
@@ -191,9 +239,7 @@ SITUATIONS: dict[str, tuple[Callable[[], list[Script]], Config, Outcome]] = {
 @pytest.mark.parametrize("situation", SITUATIONS)
 def test_every_face_ends_a_situation_the_same_way(face: str, situation: str) -> None:
     scripts, config, expected = SITUATIONS[situation]
-    if face == "langchain" and situation == "tool call sent, then a loop":
-        # The agent runs the tool and asks the model again, thinking still on: no retry.
-        expected = Outcome("tool_calls", True, False, 2, {"type": "enabled"}, False)
+    expected = DIFFERS.get((face, situation), expected)
     with ScriptedUpstream(scripts(), default=Script.openai(text="done")) as upstream:
         seen = FACES[face](upstream, config)
         outcome = _outcome(seen, upstream)
@@ -201,7 +247,7 @@ def test_every_face_ends_a_situation_the_same_way(face: str, situation: str) -> 
 
 
 # --- denials: the faces that read the request's own history (the tool breaker's decisions
-# in the other hosts are the engine's SessionGuard, tested with each adapter) ----------------
+# in the agent frameworks and the plain tool hooks are tests/test_tool_faces.py's table) -----
 
 DENIED = ToolCall.of("read", '{"path": "conf.toml"}')
 
@@ -225,15 +271,12 @@ def _history() -> list[dict[str, Any]]:
     return failing_tool_history(3)
 
 
-def _stream_denial(chunks: list[Any], upstream: ScriptedUpstream) -> Denial:
-    seen = _stream_seen(chunks)
-    tools = tuple(call.function.name for c in chunks if c.choices
-                  for call in (c.choices[0].delta.tool_calls or []) if call.function.name)
+def _denial(seen: Seen, upstream: ScriptedUpstream) -> Denial:
     chats = [r for r in upstream.requests if r.path.endswith("/chat/completions")]
     reask = chats[1].body["messages"][-1].get("content", "") if len(chats) > 1 else ""
     ended = "answer" if seen.text.endswith(ANSWER) else (
         "reason" if seen.text.startswith(REASON) else "other")
-    return Denial(tools, seen.finish, ended, len(chats), str(reask).startswith(REASON))
+    return Denial(seen.tools, seen.finish, ended, len(chats), str(reask).startswith(REASON))
 
 
 def deny_through_proxy(upstream: ScriptedUpstream) -> Denial:
@@ -241,7 +284,15 @@ def deny_through_proxy(upstream: ScriptedUpstream) -> Denial:
         client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
         chunks = list(client.chat.completions.create(
             model="m", messages=_history(), stream=True, extra_body=THINKING))  # type: ignore[arg-type]
-    return _stream_denial(chunks, upstream)
+    return _denial(_stream_seen(chunks), upstream)
+
+
+def deny_through_proxy_whole(upstream: ScriptedUpstream) -> Denial:
+    with ProxyServer(upstream.url) as proxy:
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        answer = client.chat.completions.create(
+            model="m", messages=_history(), extra_body=THINKING)  # type: ignore[arg-type]
+    return _denial(_whole_seen(answer), upstream)
 
 
 def deny_through_litellm(upstream: ScriptedUpstream) -> Denial:
@@ -257,11 +308,12 @@ def deny_through_litellm(upstream: ScriptedUpstream) -> Denial:
         return [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(
             user_api_key_dict=None, response=stream, request_data=request)]
 
-    return _stream_denial(asyncio.run(main()), upstream)
+    return _denial(_stream_seen(asyncio.run(main())), upstream)
 
 
 DENYING_FACES: dict[str, Callable[[ScriptedUpstream], Denial]] = {
     "proxy": deny_through_proxy,
+    "proxy-whole": deny_through_proxy_whole,
     "litellm-hook": deny_through_litellm,
 }
 

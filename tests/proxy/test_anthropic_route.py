@@ -101,3 +101,28 @@ def test_a_denied_tool_use_is_not_relayed(upstream: ScriptedUpstream, proxy: Pro
     reask = upstream.wait_for_requests(2)[1].body["messages"]
     assert reask[-1]["content"][0]["is_error"] is True
     assert reask[-1]["content"][0]["content"].startswith("[loopbreak] This call to `bash`")
+
+
+def test_a_denied_tool_use_in_a_whole_answer_is_not_relayed(upstream: ScriptedUpstream,
+                                                             proxy: ProxyServer) -> None:
+    # The whole route as the streamed one: re-asked once, and a model that insists ends with
+    # the reason (its text kept, the call dropped, a normal stop reason).
+    history: list[dict] = [{"role": "user", "content": "Run the tests."}]  # type: ignore[type-arg]
+    for i in range(3):
+        history.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": "make test"}}]})
+        history.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"t{i}", "content": "make: *** [test] Error 2",
+             "is_error": True}]})
+    insists = Script.anthropic(text="Once more.",
+                               tool_calls=[ToolCall.of("bash", {"cmd": "make test"})])
+    upstream.enqueue(insists, insists)
+    message = _client(proxy).messages.create(model="deepseek-chat", max_tokens=4096,
+                                             messages=history)  # type: ignore[arg-type]
+    assert [b.type for b in message.content] == ["text", "text"]
+    assert message.content[0].text == "Once more."  # type: ignore[union-attr]
+    assert message.content[1].text.startswith("[loopbreak] This call to `bash` was not run")  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    reask = upstream.wait_for_requests(2)[1].body["messages"]
+    assert reask[-1]["content"][0]["content"].startswith("[loopbreak] This call to `bash`")
+    assert len(upstream.requests) == 2

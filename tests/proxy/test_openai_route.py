@@ -272,6 +272,20 @@ def test_non_streaming_answer_passes_with_a_trip_header(upstream: ScriptedUpstre
     assert len(upstream.requests) == 1
 
 
+def test_non_streaming_loop_in_error_mode_is_an_error_the_sdk_does_not_retry(
+        upstream: ScriptedUpstream, proxy_for: ProxyFactory) -> None:
+    proxy = proxy_for(Config().replace(**{"recovery.on_trip": "error"}))
+    upstream.enqueue(Script.openai(reasoning=LOOP))
+    client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=2)
+    with pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    response = raised.value.response
+    assert response.status_code == 502 and response.headers["x-should-retry"] == "false"
+    assert response.headers["x-loopbreak-trip"] == "cycle"
+    assert response.json()["error"]["code"] == "loop_detected"
+    assert len(upstream.requests) == 1  # a retried request would loop (and bill) again
+
+
 def test_the_upstream_is_closed_quickly_after_a_cut(upstream: ScriptedUpstream,
                                                     proxy: ProxyServer) -> None:
     endless = Script.openai(reasoning="Go. OK. Writing. ", piece_chars=6).repeated(0) \

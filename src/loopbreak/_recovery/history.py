@@ -31,8 +31,8 @@ from loopbreak._recovery.requests import requested_dialect, thinking_off
 
 Kind = Literal["openai", "anthropic"]
 
-__all__ = ["HistoryView", "Kind", "replay", "session_key", "thinking_off", "with_denial",
-           "with_guidance", "with_note", "without_unsigned_thinking"]
+__all__ = ["HistoryView", "Kind", "replay", "session_key", "thinking_off", "tool_calls_of",
+           "with_denial", "with_guidance", "with_note", "without_unsigned_thinking"]
 
 # The start of every cut notice, in every language: how the proxy recognises its own
 # notices in the history a client sends back.
@@ -63,6 +63,20 @@ class _Message:
     block: int | None = None  # position inside the message (Anthropic tool_result blocks)
 
 
+def tool_calls_of(message: dict[str, Any], kind: Kind) -> list[tuple[str, str, str]]:
+    """The tool calls of an assistant message (one of a history, or a whole answer's):
+    ``(id, name, arguments as JSON text)`` each."""
+    if kind == "openai":
+        return [(str(call.get("id")), str(fn.get("name") or ""), str(fn.get("arguments") or ""))
+                for call in message.get("tool_calls") or []
+                if isinstance(call, dict) and isinstance(fn := call.get("function"), dict)]
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    return [(str(block.get("id")), str(block.get("name") or ""),
+             json.dumps(block.get("input", {}), ensure_ascii=False, sort_keys=True))
+            for block in blocks if isinstance(block, dict) and block.get("type") == "tool_use"]
+
+
 def _messages(body: dict[str, Any], kind: Kind) -> list[_Message]:
     out: list[_Message] = []
     raw = body.get("messages")
@@ -73,17 +87,12 @@ def _messages(body: dict[str, Any], kind: Kind) -> list[_Message]:
             continue
         role, content = m.get("role"), m.get("content")
         if role == "assistant":
-            msg = _Message("assistant", index=i)
+            msg = _Message("assistant", index=i, tool_calls=tool_calls_of(m, kind))
             if kind == "openai":
                 for name in ("reasoning_content", "reasoning"):
                     if isinstance(m.get(name), str):
                         msg.reasoning += m[name]
                 msg.text = _text_of(content)
-                for call in m.get("tool_calls") or []:
-                    if isinstance(call, dict) and isinstance(call.get("function"), dict):
-                        fn = call["function"]
-                        msg.tool_calls.append((str(call.get("id")), str(fn.get("name") or ""),
-                                               str(fn.get("arguments") or "")))
             else:
                 for block in content if isinstance(content, list) else []:
                     if not isinstance(block, dict):
@@ -92,10 +101,6 @@ def _messages(body: dict[str, Any], kind: Kind) -> list[_Message]:
                         msg.reasoning += block["thinking"]
                     elif block.get("type") == "text" and isinstance(block.get("text"), str):
                         msg.text += block["text"]
-                    elif block.get("type") == "tool_use":
-                        msg.tool_calls.append((str(block.get("id")), str(block.get("name") or ""),
-                                               json.dumps(block.get("input", {}),
-                                                          ensure_ascii=False, sort_keys=True)))
                 if isinstance(content, str):
                     msg.text = content
             out.append(msg)

@@ -27,12 +27,14 @@ from loopbreak._config import Config, ProxyConfig, load_config
 from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
-from loopbreak._recovery import plan_cut
+from loopbreak._recovery import normal_finish, plan_cut, plan_denial
 from loopbreak._recovery.history import (
     Kind,
     replay,
     session_key,
     thinking_off_retry,
+    tool_calls_of,
+    with_denial,
     with_guidance,
     with_note,
     without_unsigned_thinking,
@@ -506,8 +508,12 @@ class ProxyApp:
     async def _whole(self, send: Send, kind: Kind, body: dict[str, Any], view: Any,
                      config: Config, opener: Any, *, session: str,
                      ask_dialect: Callable[[], Awaitable[str]]) -> None:
-        """A non-streaming request: nothing can be saved any more, but a reasoning-only answer
-        that looped is asked again without thinking, once per turn."""
+        """A non-streaming request. A whole answer is already made and paid for: one that holds
+        an answer or tool calls passes as it came (``x-loopbreak-trip`` marks a loop in it); one
+        that holds nothing but reasoning is recovered as the plan says (asked again without
+        thinking, once per turn; ended with the notice; or an error, as is any looping answer
+        in ``error`` mode). Tool calls the history denies never reach the client (the model is
+        re-asked once, then the answer ends with the reason), as on the streamed route."""
         limit = self.source.proxy.max_response_bytes
         try:
             response = await opener(body)
@@ -522,25 +528,32 @@ class ProxyApp:
             await self._respond(send, exc.status, error_body(kind, exc.status, str(exc)),
                                 "application/json")
             return
+        status = response.status
         headers = response_headers(response.headers)
-        trip = _judge_whole(data, kind, config) if response.status == 200 else None
+        trip = _judge_whole(data, kind, config) if status == 200 else None
         if trip is not None:
-            self.metrics.add("loopbreak_trips_total", rule=trip[0].rule, channel=trip[0].channel)
-            headers.append(("x-loopbreak-trip", trip[0].rule))
-            log_event("trip", rule=trip[0].rule, channel=trip[0].channel,
-                      offset=trip[0].offset, model=str(body.get("model") or ""),
-                      session=session, recovery="none" if trip[1] else "retry")
-            plan = plan_cut(trip[0], config, language=view.session.language,
+            cut, productive = trip
+            plan = plan_cut(cut, config, language=view.session.language,
                             retries_used=view.cuts_this_turn, wire=kind)
-            # A whole answer is already paid for: only one that holds nothing but reasoning
-            # is asked again.
-            if not trip[1] and plan.mode == "retry":
-                notice = plan.notice
+            recovery = plan.mode if plan.mode == "error" or not productive else "none"
+            self.metrics.add("loopbreak_trips_total", rule=cut.rule, channel=cut.channel)
+            headers.append(("x-loopbreak-trip", cut.rule))
+            log_event("trip", rule=cut.rule, channel=cut.channel, offset=cut.offset,
+                      model=str(body.get("model") or ""), session=session, recovery=recovery)
+            if recovery == "error":
+                # Not 5xx-retried by the SDKs: the same request would loop (and bill) again.
+                status, data = 502, error_body(kind, 502, plan.error, code="loop_detected")
+                headers = [("content-type", "application/json"), ("x-should-retry", "false"),
+                           ("x-loopbreak-trip", cut.rule)]
+            elif recovery == "stop":
+                data = _with_notice(data, kind, plan.shown)
+            elif recovery == "retry":
                 dialect = config.recovery.dialect
                 if dialect == "auto" and requested_dialect(body, kind) == "none":
                     dialect = await ask_dialect()
                 retry, without_field = thinking_off_retry(body, kind, dialect,
-                                                          config.recovery.retry_effort, notice)
+                                                          config.recovery.retry_effort,
+                                                          plan.notice)
                 self.metrics.add("loopbreak_retries_total", reason="thinking-off")
                 try:
                     second = await opener(retry)
@@ -552,14 +565,52 @@ class ProxyApp:
                         answer = await second.read(limit)
                     finally:
                         second.close()
-                    data = _with_notice(answer, kind, notice) if second.status == 200 else data
+                    data = _with_notice(answer, kind, plan.shown) if second.status == 200 \
+                        else data
                 except UpstreamError:
                     pass
-        await send({"type": "http.response.start", "status": response.status,
+        if status == 200:
+            data = await self._whole_denied(kind, body, view, opener, data,
+                                            model=str(body.get("model") or ""), session=session)
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
                                 for k, v in headers if k.lower() != "content-length"]
                     + [(b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
+
+    async def _whole_denied(self, kind: Kind, body: dict[str, Any], view: Any, opener: Any,
+                            data: bytes, *, model: str, session: str) -> bytes:
+        """A whole answer with no tool call the history denies: the answer itself, or the
+        re-asked model's, or (the model insists, or the re-ask failed) the answer without its
+        calls, ended with the reason (``plan_denial``)."""
+        denials, reasked = 0, False
+        try:
+            while True:
+                calls = _whole_calls(data, kind)
+                denied = {cid: reason for cid, name, arguments in calls
+                          if (reason := view.denied(name, arguments)) is not None}
+                if not denied:
+                    return data
+                denials += len(denied)
+                plan = plan_denial([cid for cid, _, _ in calls], denied, reasked=reasked)
+                if not plan.reask:
+                    return _ended_with(data, kind, plan.reason)
+                reasked = True
+                try:
+                    response = await opener(with_denial(body, kind, calls, plan.reasons))
+                    try:
+                        answer = await response.read(self.source.proxy.max_response_bytes)
+                    finally:
+                        response.close()
+                except UpstreamError:
+                    return _ended_with(data, kind, plan.reason)
+                if response.status != 200:
+                    return _ended_with(data, kind, plan.reason)
+                data = answer
+        finally:
+            if denials:
+                self.metrics.add("loopbreak_tool_denials_total", denials)
+                log_event("tool-denied", calls=denials, model=model, session=session)
 
     async def _cancelled(self, send: Send, kind: Kind, body: dict[str, Any], notice: str) -> None:
         """The stall rule's ``cancel``: end the call lawfully with the notice, no upstream."""
@@ -679,7 +730,10 @@ def _judge_whole(data: bytes, kind: Kind, config: Config) -> tuple[Trip, bool] |
 
 
 def _with_notice(data: bytes, kind: Kind, notice: str) -> bytes:
-    """A complete response with the cut notice shown before its answer."""
+    """A complete response with the cut notice shown before its answer (as it is when the
+    notice is ``""``: ``recovery.notice`` off)."""
+    if not notice:
+        return data
     try:
         obj = json.loads(data)
     except ValueError:
@@ -689,6 +743,42 @@ def _with_notice(data: bytes, kind: Kind, notice: str) -> bytes:
         message["content"] = f"{notice}\n\n{message.get('content') or ''}"
     elif kind == "anthropic" and isinstance(obj, dict):
         obj["content"] = [{"type": "text", "text": notice}, *(obj.get("content") or [])]
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+def _whole_calls(data: bytes, kind: Kind) -> list[tuple[str, str, str]]:
+    """The tool calls of a complete response: ``(id, name, arguments)`` each."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return []
+    if not isinstance(obj, dict):
+        return []
+    if kind == "anthropic":
+        return tool_calls_of(obj, kind)
+    choices = obj.get("choices")
+    message = choices[0].get("message") if isinstance(choices, list) and choices \
+        and isinstance(choices[0], dict) else None
+    return tool_calls_of(message, kind) if isinstance(message, dict) else []
+
+
+def _ended_with(data: bytes, kind: Kind, text: str) -> bytes:
+    """A complete response without its tool calls, ``text`` after what else it said, and the
+    normal finish: what a model that insists on a denied call ends with."""
+    obj = json.loads(data)
+    if kind == "openai":
+        choice = obj["choices"][0]
+        message = choice.get("message") or {}
+        message.pop("tool_calls", None)
+        said = message.get("content") or ""
+        message["content"] = f"{said}\n\n{text}" if said else text
+        choice["message"] = message
+        choice["finish_reason"] = normal_finish(kind)
+    else:
+        obj["content"] = [b for b in obj.get("content") or []
+                          if not (isinstance(b, dict) and b.get("type") == "tool_use")] \
+            + [{"type": "text", "text": text}]
+        obj["stop_reason"] = normal_finish(kind)
     return json.dumps(obj, ensure_ascii=False).encode()
 
 

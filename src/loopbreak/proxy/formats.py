@@ -259,14 +259,16 @@ class AnthropicStream:
 Stream = OpenAIStream | AnthropicStream
 
 
-def error_body(kind: str, status: int, message: str) -> bytes:
-    """A JSON error response body in the client's format."""
+def error_body(kind: str, status: int, message: str, code: str | None = None) -> bytes:
+    """A JSON error response body in the client's format (``code``: its type, else the
+    status's)."""
     if kind == "anthropic":
-        error_type = {400: "invalid_request_error", 401: "authentication_error",
-                      404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                      502: "api_error", 504: "timeout_error"}.get(status, "api_error")
+        error_type = code or {400: "invalid_request_error", 401: "authentication_error",
+                              404: "not_found_error", 413: "request_too_large",
+                              429: "rate_limit_error", 502: "api_error",
+                              504: "timeout_error"}.get(status, "api_error")
         return _dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
-    error_type = {400: "invalid_request_error", 413: "invalid_request_error",
-                  502: "upstream_error", 504: "upstream_timeout"}.get(status, "api_error")
+    error_type = code or {400: "invalid_request_error", 413: "invalid_request_error",
+                          502: "upstream_error", 504: "upstream_timeout"}.get(status, "api_error")
     return _dumps({"error": {"message": message, "type": error_type, "param": None,
                              "code": error_type}}).encode()
