@@ -169,6 +169,28 @@ def test_the_table_says_why_rows_were_not_read(tmp_path: Path,
     assert line.endswith("; 2 rows of unknown type 'mystery'")
 
 
+def test_scan_and_analyze_read_a_scan_file_alike(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """One reader of the scan format for both commands: analyze once read its own way and
+    judged a row scan refuses (pieces that are not strings, beside a text)."""
+    loop = verbatim_loop().text
+    rows = [{"id": "loop", "text": loop}, {"id": "bad-pieces", "pieces": [1, 2], "text": loop},
+            {"id": "bad-channel", "channel": "tools", "text": loop}]
+    path = tmp_path / "streams.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    main(["scan", str(path)])
+    scanned = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["analyze", str(path), "--json"]) == 0
+    analyzed = json.loads(capsys.readouterr().out)
+    judged = [row["id"] for row in scanned if "error" not in row]
+    assert judged == ["loop"]
+    assert analyzed["summary"]["calls"] == len(judged) and analyzed["summary"]["cut_calls"] == 1
+    read = analyzed["sessions"][0]["read"]
+    assert read["bad_rows"] == len(rows) - len(judged)
+    assert read["first_error"] == "line 2: 'pieces' must be a list of strings"
+    assert scanned[1]["error"].endswith(":2: 'pieces' must be a list of strings")
+
+
 def test_recorded_agent_runs_report_the_rules_across_tool_calls(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Real stuck runs of the agent corpus, written as the request/response log a proxy or

@@ -86,6 +86,45 @@ def test_create_guarded_retries_without_thinking(upstream: ScriptedUpstream) -> 
     assert [t.rule for t in completion.trips] == ["cycle"]
 
 
+class _Counted:
+    """An SDK chunk that notes each reading of its ``choices``."""
+
+    def __init__(self, chunk: object, reads: list[int]) -> None:
+        self._chunk, self._reads = chunk, reads
+
+    def __getattr__(self, name: str) -> object:
+        if name == "choices":
+            self._reads.append(1)
+        return getattr(self._chunk, name)
+
+
+class _Replayed:
+    """A stream that hands out chunks already read (what ``guard_stream`` needs of one)."""
+
+    def __init__(self, chunks: list[object]) -> None:
+        self._chunks = chunks
+
+    def __iter__(self) -> object:
+        return iter(self._chunks)
+
+    def close(self) -> None:
+        pass
+
+
+def test_each_chunk_is_read_once(upstream: ScriptedUpstream) -> None:
+    """The guard, the tool-call flag and the language sample share one reading of a chunk
+    (three readers once read each chunk in turn)."""
+    upstream.enqueue(Script.openai(reasoning=clean_reasoning().text, text="Done.",
+                                   piece_chars=9,
+                                   tool_calls=[ToolCall.of("read", {"path": "a.py"})]))
+    chunks = list(_client(upstream).chat.completions.create(model="m", messages=MESSAGES,
+                                                            stream=True))
+    reads: list[int] = []
+    guarded = guard_stream(_Replayed([_Counted(c, reads) for c in chunks]))
+    assert len(list(guarded)) == len(chunks) and guarded.trip is None
+    assert len(reads) == len(chunks)
+
+
 def test_thinking_off_kwargs_per_dialect() -> None:
     base = {"model": "m", "messages": MESSAGES}
     assert thinking_off_kwargs({**base, "extra_body": {"thinking": {"type": "enabled"}}})[
