@@ -86,7 +86,8 @@ def test_cut_thinking_is_not_sent_back_upstream(upstream: ScriptedUpstream,
     assert [b["type"] for b in sent] == ["text", "thinking"] and sent[1]["signature"] == "c2ln"
 
 
-def test_a_denied_tool_use_is_not_relayed(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+def _failed_three_times() -> list[dict]:  # type: ignore[type-arg]
+    """A history in which the same ``bash`` call failed three times alike."""
     history: list[dict] = [{"role": "user", "content": "Run the tests."}]  # type: ignore[type-arg]
     for i in range(3):
         history.append({"role": "assistant", "content": [
@@ -94,6 +95,11 @@ def test_a_denied_tool_use_is_not_relayed(upstream: ScriptedUpstream, proxy: Pro
         history.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": f"t{i}", "content": "make: *** [test] Error 2",
              "is_error": True}]})
+    return history
+
+
+def test_a_denied_tool_use_is_not_relayed(upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    history = _failed_three_times()
     upstream.enqueue(Script.anthropic(tool_calls=[ToolCall.of("bash", {"cmd": "make test"})]),
                      Script.anthropic(text="The tests need the database; starting it first."))
     message = _ask(proxy, history)
@@ -107,13 +113,7 @@ def test_a_denied_tool_use_in_a_whole_answer_is_not_relayed(upstream: ScriptedUp
                                                              proxy: ProxyServer) -> None:
     # The whole route as the streamed one: re-asked once, and a model that insists ends with
     # the reason (its text kept, the call dropped, a normal stop reason).
-    history: list[dict] = [{"role": "user", "content": "Run the tests."}]  # type: ignore[type-arg]
-    for i in range(3):
-        history.append({"role": "assistant", "content": [
-            {"type": "tool_use", "id": f"t{i}", "name": "bash", "input": {"cmd": "make test"}}]})
-        history.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": f"t{i}", "content": "make: *** [test] Error 2",
-             "is_error": True}]})
+    history = _failed_three_times()
     insists = Script.anthropic(text="Once more.",
                                tool_calls=[ToolCall.of("bash", {"cmd": "make test"})])
     upstream.enqueue(insists, insists)
