@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -415,6 +416,12 @@ def test_bench_quick_json_end_to_end(capsys: pytest.CaptureFixture[str]) -> None
     for key in ("throughput_clean_met", "throughput_looping_met", "flat_met", "all_met"):
         assert isinstance(targets[key], bool)
     assert targets["false_positives"] == 0
+    # A quick run judges nothing it timed; the false positives are counted, not timed.
+    assert targets["min_runs"] == 3
+    for key in ("throughput_clean", "throughput_looping", "flat"):
+        assert targets["verdicts"][key]["verdict"] == "no verdict"
+        assert targets["verdicts"][key]["why"].startswith("--quick")
+    assert targets["verdicts"]["false_positives"] == {"verdict": "met", "why": None}
 
 
 def test_bench_reports_a_missing_peer_as_not_installed(
@@ -438,8 +445,17 @@ def test_bench_without_peers_prints_tables(capsys: pytest.CaptureFixture[str]) -
     assert main(["bench", "--quick", "--no-peers"]) == 0
     captured = capsys.readouterr()
     for text in ("Throughput", "Per-delta cost", "loopbreak (reasoning)", "verbatim",
-                 "Targets"):
+                 "Targets", "growth range"):
         assert text in captured.out
+    # --quick: figures with their ranges, and no verdict on anything timed.
+    targets = captured.out[captured.out.index("Targets"):].splitlines()
+    timed = [line for line in targets if "chars/s in the slowest pass" in line
+             or "per-delta cost at" in line]
+    assert len(timed) == 3
+    for line in timed:
+        assert "– no verdict (--quick" in line and "✓" not in line and "✗" not in line
+        assert re.search(r"\((\d+ (pass|window)|[\d.,×]+–[\d.,×]+ over \d+ "
+                         r"(passes|windows))\)$", line), line
 
 
 def test_bench_rejects_a_bad_delta_size(capsys: pytest.CaptureFixture[str]) -> None:
@@ -514,9 +530,13 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     slowest = report["targets"]["slowest"]
     assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]
                                              for r in report["engine"])
+    assert report["targets"]["verdicts"] == {
+        "engine": {"verdict": "no verdict", "why": "--quick, 2 runs"},
+        "parts": {"verdict": "no verdict", "why": "--quick"}}
     assert main(["bench", "--adversarial", "--quick", "--no-peers"]) == 0
     out = capsys.readouterr().out
     assert "Adversarial inputs" in out and "history replay" in out and "Targets" in out
+    assert "✓" not in out and "✗" not in out and "– no verdict (--quick" in out
 
 
 def test_adversarial_and_proxy_are_two_benchmarks(capsys: pytest.CaptureFixture[str]) -> None:

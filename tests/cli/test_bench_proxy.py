@@ -233,6 +233,27 @@ def test_report_dict_and_tables_of_a_made_up_report(
         assert text in out, text
 
 
+def test_one_run_gives_the_latency_no_verdict_and_calls_a_negative_figure_noise(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    report = made_up_report()
+    render_proxy(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "– no verdict (--quick, 1 run) added p99 per chunk" in out
+    assert "✓ met no chunk lost or reordered" in out  # counted, not timed
+    # The proxy faster than direct: noise, never "met".
+    faster = replace(report, direct=report.proxied, proxied=report.direct, quick=False)
+    render_proxy(faster)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "– no verdict (1 run; within noise: below zero) added p99 per chunk < 1 ms: " \
+           "-0.400 ms" in out
+    data = proxy_report_dict(faster)
+    assert data["targets"]["latency_met"]  # the measurement's own flag is unchanged
+    from loopbreak.cli.bench import proxy_verdicts
+
+    assert proxy_verdicts(faster)["latency"].as_json() == {
+        "verdict": "no verdict", "why": "1 run; within noise: below zero"}
+
+
 def test_without_the_relay_the_report_says_none(capsys: pytest.CaptureFixture[str]) -> None:
     report = replace(made_up_report(), relay=None)
     data = proxy_report_dict(report)

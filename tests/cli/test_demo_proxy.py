@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import subprocess
 import sys
@@ -218,7 +219,14 @@ def test_command_line_arguments_apply(monkeypatch: pytest.MonkeyPatch,
     assert "none (recovery: stop)" in capsys.readouterr().out
 
 
-def test_json_is_refused() -> None:
+def test_json_prints_the_summary_as_one_object(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _recorded(monkeypatch)
     args = argparse.Namespace(speed=0.0, config=None, no_live=False, json=True)
-    with pytest.raises(InputError, match="--json"):
-        demo_proxy.run_from_args(args, _forbid_sleep)
+    assert demo_proxy.run_from_args(args, _forbid_sleep) == 0
+    (run,) = runs
+    data = json.loads(capsys.readouterr().out)
+    assert data["cut"] is True and data["trip"]["rule"] == run.trip["rule"]
+    assert data["retried"] and data["retry_thinking_disabled"]
+    assert data["answer"] == demo_proxy.ANSWER
+    assert data["summary"]["saved"].startswith(f"{run.saved_chars:,} of the loop's")

@@ -605,7 +605,7 @@ def test_compressed_log_without_zstandard_names_the_extra(
     compressed = fx.write_zstd(tmp_path / "session.jsonl.zstd", fx.synthetic_log())
     monkeypatch.setitem(sys.modules, "zstandard", None)
     message = _one_line_input_error(lambda: read_dsh(compressed))
-    assert message.endswith("pip install 'loopbreak[logs]'")
+    assert message.endswith("pip install zstandard")
     assert len(calls(read(fx.DATA / "synthetic.session.jsonl")[0])) == 3
 
 

@@ -30,6 +30,14 @@ from loopbreak.offline.analyze import (
 DEFAULT_STORE = Path("~/.dsh/sessions")
 DEMO_LOG = "demo.session.jsonl"
 
+EXAMPLES = """\
+examples:
+  loopbreak analyze                              ~/.dsh/sessions, else the bundled demo log
+  loopbreak analyze ~/.dsh/sessions --jobs 4 --html report.html
+  loopbreak analyze session.jsonl --json
+  loopbreak analyze logs/ | grep -A20 'would have been cut'
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATH",
@@ -80,16 +88,16 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise InputError(f"no session logs or recordings under {', '.join(map(str, roots))}")
 
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.markup import escape
 
-    err = Console(stderr=True)
+    from loopbreak.cli import _output
+
     if note and not args.json:
-        err.print(note)
+        _output.note(escape(note))
     reports: list[SessionReport] = []
     errors: list[str] = []
     work = functools.partial(analyze_file, config=config)
-    with Progress(console=err, transient=True, disable=len(files) < 2) as progress:
+    with _output.progress(disable=len(files) < 2) as progress:
         task = progress.add_task("analysing", total=len(files))
         results: list[tuple[list[SessionReport], str | None]] = []
         if args.jobs > 1 and len(files) > 1:
@@ -143,12 +151,15 @@ def _unread(read: dict[str, Any]) -> str:
 
 
 def _print(reports: list[SessionReport], errors: list[str]) -> None:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 132))
+    from loopbreak.cli import _output
+
+    console = _output.console()
+    # A terminal gets session ids cut to fit and a file name above its session; a pipe gets
+    # them whole, one row a line, for grep.
+    limit, under = (None, " ") if _output.whole(console) else (28, "\n")
     sessions = Table(title="sessions", title_justify="left")
     not_read: list[str] = []
     for name in ("session", "calls", "cut", "rules", "saved chars", "≈ tokens", "stalls",
@@ -160,14 +171,15 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
         if unread:
             not_read.append(f"{Path(r.path).name}: {unread}")
         sessions.add_row(
-            f"{Path(r.path).name}\n[dim]{r.session}[/]", str(t["calls"]), str(t["cut_calls"]),
-            ", ".join(f"{k} ×{v}" for k, v in t["rules"].items()) or "-",
+            f"{escape(Path(r.path).name)}{under}[dim]{escape(r.session)}[/]", str(t["calls"]),
+            str(t["cut_calls"]),
+            escape(", ".join(f"{k} ×{v}" for k, v in t["rules"].items()) or "-"),
             f"{t['saved_chars']:,}", f"{t['saved_tokens']:,}", str(len(r.stalls)),
             f"{t['tool_steers']}/{t['tool_denials']}",
             "see below" if unread else "-")
     console.print(sessions)
     for line in not_read:
-        console.print(f"[yellow]not read:[/] {line}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]not read:[/] {escape(line)}", highlight=False, soft_wrap=True)
     cuts = [(r, c) for r in reports for c in r.calls if c.cut]
     if cuts:
         table = Table(title="calls that would have been cut", title_justify="left")
@@ -177,7 +189,8 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
                              else "right")
         for r, c in cuts:
             assert c.cut is not None
-            table.add_row(r.session[:28], str(c.turn), str(c.step), c.cut.channel, c.cut.rule,
+            table.add_row(escape(r.session[:limit]), str(c.turn), str(c.step), c.cut.channel,
+                          escape(c.cut.rule),
                           f"{c.cut.at:,}", f"{c.chars:,}", f"{c.saved_chars:,}",
                           f"{c.saved_tokens:,}")
         console.print(table)
@@ -187,14 +200,17 @@ def _print(reports: list[SessionReport], errors: list[str]) -> None:
         for name in ("session", "turn", "tool", "rule", "action", "count"):
             table.add_column(name)
         for r, a in actions:
-            table.add_row(r.session[:28], str(a.turn), a.tool, a.rule, a.action, str(a.failures))
+            table.add_row(escape(r.session[:limit]), str(a.turn), escape(a.tool), escape(a.rule),
+                          a.action, str(a.failures))
         console.print(table)
     total = summary(reports)
-    console.print(
-        f"[bold]{total['sessions']} sessions, {total['calls']} calls: {total['cut_calls']} would "
-        f"have been cut, saving {total['saved_chars']:,} characters (≈ {total['saved_tokens']:,} "
-        f"tokens); {total['stall_fires']} stall fires, {total['monologue_fires']} monologue "
-        f"fires, {total['tool_steers']} tool steers, "
-        f"{total['tool_denials']} denials.[/]", highlight=False)
+    if _output.show_summary():
+        console.print(
+            f"[bold]{total['sessions']} sessions, {total['calls']} calls: {total['cut_calls']} "
+            f"would have been cut, saving {total['saved_chars']:,} characters "
+            f"(≈ {total['saved_tokens']:,} tokens); {total['stall_fires']} stall fires, "
+            f"{total['monologue_fires']} monologue fires, {total['tool_steers']} tool steers, "
+            f"{total['tool_denials']} denials.[/]", highlight=False)
     for error in errors:
-        console.print(f"[red]unreadable:[/] {error}", highlight=False)
+        # Errors carry paths and install hints ("pip install zstandard"): never markup.
+        console.print(f"[red]unreadable:[/] {escape(error)}", highlight=False, soft_wrap=True)

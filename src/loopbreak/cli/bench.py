@@ -14,6 +14,11 @@ process on its own event loop, the same load also run straight at the upstream;
 it reports the latency the proxy adds per chunk (p50/p99/max), the streams it held
 at once, its memory per stream, the CPU of every process, and that no chunk was
 lost or reordered. The measuring lives in :mod:`loopbreak.bench.proxy`.
+
+A target's verdict (✓ met, ✗ missed) is given only from repeated runs of its figure
+(:data:`MIN_RUNS`, not ``--quick``), beside the range those runs gave; otherwise the
+figure is shown with "no verdict" and why (:func:`judge`). ``--json`` carries the
+same verdicts under ``targets.verdicts``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loopbreak._errors import InputError
@@ -35,6 +40,7 @@ from loopbreak.bench.throughput import (
     BenchReport,
     BenchSettings,
     Peer,
+    PerDelta,
     Throughput,
     report_dict,
     run_bench,
@@ -44,6 +50,21 @@ if TYPE_CHECKING:
     from loopbreak.bench.proxy import Latency, Phase, ProxyBenchReport, ProxyBenchSettings
 
 DEFAULT = BenchSettings()
+
+EXAMPLES = """\
+examples:
+  loopbreak bench                           engine throughput against installed peers
+  loopbreak bench --quick --no-peers        a few seconds: figures only, no verdicts
+  loopbreak bench --json > bench.json
+  loopbreak bench --adversarial --quick
+  loopbreak bench --proxy --streams 200 --chunks-per-s 10
+  loopbreak bench --in-engine
+  loopbreak bench --in-engine --engine vllm
+"""
+
+MIN_RUNS = 3
+"""A verdict needs this many timed runs (passes, windows, repeats) of its figure: one run
+can be far off (a quick run once showed 21× per-delta growth where reruns gave ~1×)."""
 
 # ``bench --proxy`` defaults as its help shows them (a test holds them equal to
 # loopbreak.bench.proxy's presets, which are not imported here: every command pays for
@@ -90,6 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure the transformers stopping criteria's cost per decode "
                              "step with a real model (SmolLM2-135M) at batch 1, 8 and 64, "
                              "beside the step time")
+    parser.add_argument("--engine", choices=("transformers", "vllm"),
+                        help="with --in-engine: whose generation loop (default transformers; "
+                             "vllm: the logits processor inside vLLM's engine, at batch 1, 8 "
+                             "and 32)")
     helps = {"streams": "concurrent streams",
              "chunks_per_s": "chunks per second in each stream",
              "chunks": "chunks per stream",
@@ -128,15 +153,70 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
                   {"delta_chars": args.delta_chars}, "bench")
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A target judged, or not: ``met`` is None when the runs cannot tell (``why``)."""
+
+    met: bool | None
+    why: str = ""
+    """Why there is no verdict, or what to know about it (a figure within noise)."""
+
+    @property
+    def mark(self) -> str:
+        """For people (rich markup): ``✓ met``, ``✗ missed`` or ``– no verdict (why)``."""
+        if self.met is None:
+            return f"[yellow]– no verdict[/] ({self.why})"
+        text = "[green]✓ met[/]" if self.met else "[red]✗ missed[/]"
+        return f"{text} ({self.why})" if self.why else text
+
+    def as_json(self) -> dict[str, Any]:
+        return {"verdict": {True: "met", False: "missed", None: "no verdict"}[self.met],
+                "why": self.why or None}
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
+def judge(met: bool, runs: int, *, quick: bool = False) -> Verdict:
+    """``met`` as a verdict when it was judged on ``runs`` ≥ :data:`MIN_RUNS` repeated
+    runs of a full-size (not ``--quick``) measurement; else no verdict."""
+    why = [reason for reason, no in (("--quick", quick), (_runs(runs), runs < MIN_RUNS)) if no]
+    return Verdict(None, ", ".join(why)) if why else Verdict(met)
+
+
+def judge_added(added_ns: Sequence[float], target_ns: float, *,
+                quick: bool = False) -> Verdict:
+    """Latency a relay adds (through it minus direct, per run) against ``target_ns``:
+    met when every run added less. A negative figure is noise (a relay cannot make a
+    chunk arrive sooner): it counts as nothing added, and the verdict says so."""
+    verdict = judge(bool(added_ns) and max(added_ns) < target_ns, len(added_ns), quick=quick)
+    below = sum(a < 0 for a in added_ns)
+    if not below:
+        return verdict
+    noise = (f"within noise: below zero in {below} of {_runs(len(added_ns))}"
+             if len(added_ns) > 1 else "within noise: below zero")
+    return Verdict(verdict.met, f"{verdict.why}; {noise}" if verdict.why else noise)
+
+
+def _range(values: Sequence[float], fmt: Callable[[float], str], unit: str) -> str:
+    """``(low–high over N units)``, or ``(1 unit)``."""
+    units = unit if len(values) == 1 else unit + ("es" if unit.endswith("s") else "s")
+    if len(values) < 2:
+        return f"({len(values)} {units})"
+    return f"({fmt(min(values))}–{fmt(max(values))} over {len(values)} {units})"
+
+
 @contextlib.contextmanager
 def _progress(first: str) -> Iterator[Callable[[str, float], None]]:
     """A transient progress bar on stderr; yields the ``on_progress(what, done)`` to feed it."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from loopbreak.cli import _output
 
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+    with _output.progress(*columns) as progress:
         task = progress.add_task(first, total=1.0)
 
         def on_progress(what: str, done: float) -> None:
@@ -189,7 +269,10 @@ def _run_proxy(args: argparse.Namespace) -> int:
     settings = proxy_settings_from(args)
     report = _measure_proxy(settings, args)
     if args.json:
-        return _print_json(proxy_report_dict(report))
+        data = proxy_report_dict(report)
+        data["targets"]["verdicts"] = {
+            name: v.as_json() for name, v in proxy_verdicts(report).items()}
+        return _print_json(data)
     render_proxy(report)
     return 0
 
@@ -208,14 +291,18 @@ def _run_adversarial(args: argparse.Namespace) -> int:
     with _progress("making the inputs") as on_progress:
         report = run_adversarial(settings, peers, on_progress=on_progress)
     data = adversarial_dict(report)
+    quick = bool(args.quick)
     if args.json:
+        data["targets"]["verdicts"] = {
+            name: v.as_json() for name, v in adversarial_verdicts(data, quick).items()}
         return _print_json(data)
-    render_adversarial(data)
+    render_adversarial(data, quick=quick)
     return 0
 
 
 def _run_in_engine(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    if getattr(args, "engine", None) == "vllm":
+        return _run_in_engine_vllm(args)
     from rich.table import Table
 
     from loopbreak.bench.in_engine import QUICK as ENGINE_QUICK
@@ -226,13 +313,18 @@ def _run_in_engine(args: argparse.Namespace) -> int:
         engine_dict,
         run_engine_bench,
     )
+    from loopbreak.cli import _output
 
     settings = ENGINE_QUICK if args.quick else EngineSettings()
     with _progress("loading") as on_progress:
         report = run_engine_bench(settings, on_progress=on_progress)
+    met = report.met()
+    verdict = None if met is None else judge(met, settings.runs, quick=bool(args.quick))
     if args.json:
-        return _print_json(engine_dict(report))
-    console = Console()
+        data = engine_dict(report)
+        data["verdict"] = None if verdict is None else verdict.as_json()
+        return _print_json(data)
+    console = _output.console()
     table = Table(title=f"In-engine: transformers stopping criteria, {report.model}, "
                         f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
                   title_justify="left")
@@ -241,14 +333,46 @@ def _run_in_engine(args: argparse.Namespace) -> int:
     for row in costs_text(report.costs):
         table.add_row(*row)
     console.print(table)
-    met = report.met()
-    if met is not None:
-        console.print(f"  {_mark(met)}  criteria ≤ {TARGET_MS_PER_STEP:g} ms per step at "
-                      "batch 64 in every run")
+    if verdict is not None:
+        at_64 = next(c for c in report.costs if c.batch == 64)
+        console.print(f"  {verdict.mark}  criteria ≤ {TARGET_MS_PER_STEP:g} ms per step at "
+                      "batch 64 in every run: "
+                      f"{_range(at_64.criteria_ms, lambda x: f'{x:.3f}', 'run')} ms")
+    return 0
+
+
+def _run_in_engine_vllm(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from loopbreak.bench.in_engine_vllm import QUICK as VLLM_QUICK
+    from loopbreak.bench.in_engine_vllm import (
+        VllmSettings,
+        costs_text,
+        run_vllm_bench,
+        vllm_dict,
+    )
+    from loopbreak.cli import _output
+
+    settings = VLLM_QUICK if args.quick else VllmSettings()
+    with _progress("loading") as on_progress:
+        report = run_vllm_bench(settings, on_progress=on_progress)
+    if args.json:
+        return _print_json(vllm_dict(report))
+    table = Table(title=f"In-engine: vLLM logits processor ({report.vllm}, {report.runner} "
+                        f"model runner, {report.device}), {report.model}, "
+                        f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
+                  title_justify="left")
+    for name in ("batch", "processor ms/step", "step ms", "share", "rows cut"):
+        table.add_column(name, justify="right")
+    for row in costs_text(report.costs):
+        table.add_row(*row)
+    _output.console().print(table)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "engine", None) is not None and not getattr(args, "in_engine", False):
+        raise InputError("--engine only applies with --in-engine")
     chosen = [flag for flag, on in (("--proxy", getattr(args, "proxy", False)),
                                     ("--adversarial", getattr(args, "adversarial", False)),
                                     ("--in-engine", getattr(args, "in_engine", False))) if on]
@@ -267,21 +391,63 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     report = _measure(settings, args)
     if args.json:
-        return _print_json(report_dict(report))
+        data = report_dict(report)
+        data["targets"]["verdicts"] = {
+            name: v.as_json() for name, v in engine_verdicts(report).items()}
+        data["targets"]["min_runs"] = MIN_RUNS
+        return _print_json(data)
     render(report)
     return 0
+
+
+def engine_verdicts(report: BenchReport) -> dict[str, Verdict]:
+    """The engine targets judged: throughput on passes, flatness on probe windows; the
+    false positives are counted, not timed, so they always get a verdict."""
+    t, ref, quick = report.targets, report.reference, report.quick
+    return {
+        "throughput_clean": judge(t.throughput_clean_met, ref.clean.passes, quick=quick),
+        "throughput_looping": judge(t.throughput_looping_met, ref.looping.passes,
+                                    quick=quick),
+        "flat": judge(t.flat_met, len(ref.per_delta.far_ns), quick=quick),
+        "false_positives": Verdict(t.false_positives == 0),
+    }
+
+
+def adversarial_verdicts(data: dict[str, Any], quick: bool) -> dict[str, Verdict]:
+    """``bench --adversarial``'s targets judged on its passes and repeats."""
+    t = data["targets"]
+    passes = min((r["passes"] for r in data["engine"] if r["subject"].startswith("loopbreak")),
+                 default=0)
+    repeats = min((len(p["ms"]) for p in data["parts"]), default=0)
+    return {"engine": judge(t["engine_met"], passes, quick=quick),
+            "parts": judge(t["parts_met"], repeats, quick=quick)}
+
+
+def proxy_verdicts(report: ProxyBenchReport) -> dict[str, Verdict]:
+    """``bench --proxy``'s targets: the latency is one run's, so it gets no verdict; the
+    streams held and the chunks lost or reordered are counted, not timed."""
+    from loopbreak.bench.proxy import TARGET_P99_ADDED_NS
+
+    t = report.targets
+    streams = Verdict(t.streams_met) if t.at_target_scale else Verdict(
+        None, f"not run at scale: {report.settings.streams:,} streams")
+    return {"streams": streams,
+            "latency": judge_added([t.p99_added_ns], TARGET_P99_ADDED_NS, quick=report.quick),
+            "intact": Verdict(t.intact)}
 
 
 # ---------------------------------------------------------------------------
 # Tables for people
 
 
-def render_adversarial(data: dict[str, Any]) -> None:
+def render_adversarial(data: dict[str, Any], *, quick: bool = False) -> None:
     """``bench --adversarial`` as tables."""
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from loopbreak.cli import _output
+
+    console = _output.console()
     subjects = list(dict.fromkeys(r["subject"] for r in data["engine"]))
     table = Table(title="Adversarial inputs, million chars/s: median (slowest–fastest pass); "
                         "a stop restarts a fresh guard", title_justify="left")
@@ -302,17 +468,20 @@ def render_adversarial(data: dict[str, Any]) -> None:
     for name in ("part", "what", "ms", "target"):
         parts.add_column(name, justify="left" if name in ("part", "what") else "right")
     for p in data["parts"]:
-        parts.add_row(p["name"], p["what"],
+        parts.add_row(escape(p["name"]), escape(p["what"]),
                       f"{p['median_ms']:.1f} ({min(p['ms']):.1f}–{max(p['ms']):.1f})",
                       f"≤ {p['target_ms']:g}")
     console.print(parts)
     t = data["targets"]
     slowest = t["slowest"]
+    verdicts = adversarial_verdicts(data, quick)
     console.print("[bold]Targets[/] (slowest pass of every figure):")
-    console.print(f"  {_mark(t['engine_met'])}  every input ≥ {t['min_chars_per_s']:,} chars/s "
-                  f"for loopbreak: slowest {slowest['input']} on {slowest['subject']}, "
-                  f"{slowest['chars_per_s_low']:,.0f}")
-    console.print(f"  {_mark(t['parts_met'])}  every part around the engine within its target")
+    console.print(f"  {verdicts['engine'].mark}  every input ≥ {t['min_chars_per_s']:,} "
+                  f"chars/s for loopbreak: slowest {escape(slowest['input'])} on "
+                  f"{escape(slowest['subject'])}, {slowest['chars_per_s_low']:,.0f}",
+                  highlight=False)
+    console.print(f"  {verdicts['parts'].mark}  every part around the engine within its "
+                  "target", highlight=False)
 
 
 def _rate(x: float) -> str:
@@ -331,8 +500,11 @@ def _times(x: float) -> str:
     return f"{x:,.2f}×" if x < 100 else f"{x:,.0f}×"
 
 
-def _mark(ok: bool) -> str:
-    return "[green]✓ met[/]" if ok else "[red]✗ missed[/]"
+def _spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """The lowest and highest of repeated measurements, ``—`` for fewer than two."""
+    if len(values) < 2:
+        return "—"
+    return f"{fmt(min(values))}–{fmt(max(values))}"
 
 
 def _ns(x: float) -> str:
@@ -345,28 +517,36 @@ def _short(name: str) -> str:
     return name.replace("llm-degen-guard", "llm-degen-\nguard")
 
 
+def _growths(pd: PerDelta) -> list[float]:
+    """Per-delta growth in each probe window (far over near, the same deltas)."""
+    return [f / n for f, n in zip(pd.far_ns, pd.near_ns, strict=True) if n > 0]
+
+
 def render(report: BenchReport) -> None:
     """Print the report as tables on stdout."""
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from loopbreak.cli import _output
+
+    console = _output.console()
+    notes_shown = _output.show_notes()
     s = report.settings
     m = report.machine
     far = report.reference.per_delta.far_target
-    console.print(f"[bold]loopbreak bench[/]{' (quick)' if report.quick else ''}: "
-                  f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs"
-                  + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
-                     if m.load_before and m.load_after else ""))
-    console.print(
-        f"Inputs: clean {len(report.clean.text):,} chars of standard-library source "
-        f"({report.clean.files} files, {report.clean.root}); looping "
-        f"{len(report.loops)} samples ({sum(len(lp.text) for lp in report.loops):,} chars, "
-        f"each judged until stopped); one {s.stream_chars:,}-char clean stream; "
-        f"{s.deltas_label} deltas"
-        + (f" (clean text at {s.fixed_chars}-char deltas too)." if s.fixed_chars
-           and s.fixed_chars != s.delta_chars else ".")
-    )
+    if notes_shown:
+        console.print(f"[bold]loopbreak bench[/]{' (quick)' if report.quick else ''}: "
+                      f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs"
+                      + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
+                         if m.load_before and m.load_after else ""), highlight=False)
+        console.print(escape(
+            f"Inputs: clean {len(report.clean.text):,} chars of standard-library source "
+            f"({report.clean.files} files, {report.clean.root}); looping "
+            f"{len(report.loops)} samples ({sum(len(lp.text) for lp in report.loops):,} "
+            f"chars, each judged until stopped); one {s.stream_chars:,}-char clean stream; "
+            f"{s.deltas_label} deltas"
+            + (f" (clean text at {s.fixed_chars}-char deltas too)." if s.fixed_chars
+               and s.fixed_chars != s.delta_chars else ".")), highlight=False)
 
     results = list(report.loopbreak) + [pr.result for pr in report.peers if pr.result]
     ratios_of = {pr.result.name: pr.ratios for pr in report.peers if pr.result}
@@ -390,20 +570,22 @@ def render(report: BenchReport) -> None:
                       "—" if ratio is None else _times(ratio.clean_throughput),
                       "—" if ratio is None else _times(ratio.looping_throughput))
     for peer in missing:
-        speed.add_row(peer.name, peer.status, *[""] * (len(speed.columns) - 2))
+        speed.add_row(escape(peer.name), escape(peer.status),
+                      *[""] * (len(speed.columns) - 2))
     console.print(speed)
 
     cost = Table(title="Per-delta cost, ns, on the same deltas near the start of one stream "
                        "and deep into it", title_justify="left")
     cost.add_column("subject")
-    for name in (f"@{s.near_start:,}", f"@{far:,}", "growth", "× near", "× far"):
+    for name in (f"@{s.near_start:,}", f"@{far:,}", "growth", "growth range", "× near",
+                 "× far"):
         cost.add_column(name, justify="right")
     for r in results:
         pd = r.per_delta
         ratio = ratios_of.get(r.name)
         cost.add_row(r.name, _ns(pd.near),
                      _ns(pd.far) + (f" (at {pd.far_at:,})" if pd.capped else ""),
-                     _times(pd.growth),
+                     _times(pd.growth), _spread(_growths(pd), _times),
                      "—" if ratio is None else _times(ratio.per_delta_near),
                      "—" if ratio is None else _times(ratio.per_delta_far))
     console.print(cost)
@@ -423,17 +605,25 @@ def render(report: BenchReport) -> None:
     console.print(stops)
 
     t = report.targets
-    console.print("[bold]Targets[/] (loopbreak, reasoning channel, every rule on):")
-    console.print(f"  {_mark(t.throughput_clean_met)}  clean text ≥ "
+    ref = report.reference
+    v = engine_verdicts(report)
+    console.print(f"[bold]Targets[/] (loopbreak, reasoning channel, every rule on; a verdict "
+                  f"needs {MIN_RUNS} full-size runs):", highlight=False)
+    console.print(f"  {v['throughput_clean'].mark}  clean text ≥ "
                   f"{TARGET_CHARS_PER_S:,} chars/s in the slowest pass: "
-                  f"{_rate(t.clean_chars_per_s)}")
-    console.print(f"  {_mark(t.throughput_looping_met)}  looping text ≥ "
+                  f"{_rate(t.clean_chars_per_s)} {_range(ref.clean.rates, _rate, 'pass')}",
+                  highlight=False)
+    console.print(f"  {v['throughput_looping'].mark}  looping text ≥ "
                   f"{TARGET_LOOPING_CHARS_PER_S:,} chars/s in the slowest pass: "
-                  f"{_rate(t.looping_chars_per_s)}")
-    console.print(f"  {_mark(t.flat_met)}  per-delta cost at {t.far_at:,} ≤ "
-                  f"{TARGET_MAX_GROWTH}× the cost at {s.near_start:,}: {_times(t.growth)}")
-    console.print(f"  {_mark(t.false_positives == 0)}  no stop on clean text: "
-                  f"{t.false_positives}")
+                  f"{_rate(t.looping_chars_per_s)} {_range(ref.looping.rates, _rate, 'pass')}",
+                  highlight=False)
+    console.print(f"  {v['flat'].mark}  per-delta cost at {t.far_at:,} ≤ "
+                  f"{TARGET_MAX_GROWTH}× the cost at {s.near_start:,}: {_times(t.growth)} "
+                  f"{_range(_growths(ref.per_delta), _times, 'window')}", highlight=False)
+    console.print(f"  {v['false_positives'].mark}  no stop on clean text: "
+                  f"{t.false_positives}", highlight=False)
+    if not notes_shown:
+        return
     notes = [
         "Versions: " + ", ".join(f"{r.name} {r.version}" for r in results) + ".",
         "FPs: stops on clean text; cut: loop samples stopped.",
@@ -458,7 +648,7 @@ def render(report: BenchReport) -> None:
     for peer in missing:
         notes.append(f"{peer.name}: {peer.status}; get it with: {peer.install}")
     for note in notes:
-        console.print(f"[dim]- {note}[/]")
+        console.print(f"[dim]- {escape(note)}[/]", highlight=False)
 
 
 # ---------------------------------------------------------------------------
@@ -503,28 +693,31 @@ def _mib(n: float) -> str:
 
 def render_proxy(report: ProxyBenchReport) -> None:
     """Print a ``bench --proxy`` report as tables on stdout."""
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from loopbreak.bench.proxy import TARGET_P99_ADDED_NS, TARGET_STREAMS
+    from loopbreak.cli import _output
 
-    console = Console()
+    console = _output.console()
+    notes_shown = _output.show_notes()
     s = report.settings
     m = report.machine
     direct, proxied, relay = report.direct, report.proxied, report.relay
     phases = [("direct", direct)] + ([("relay", relay)] if relay is not None else []) \
         + [("proxy", proxied)]
-    console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
-                  f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs, "
-                  f"{report.event_loop}"
-                  + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
-                     if m.load_before and m.load_after else ""))
-    console.print(
-        f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
-        f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
-        f"({s.stream_seconds:g} s, ~{s.piece_chars + 27} chars each, reasoning then text, "
-        f"clean), started over {s.ramp_seconds:g} s; upstream, proxy and client in a "
-        "process each.")
+    if notes_shown:
+        console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
+                      f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs, "
+                      f"{report.event_loop}"
+                      + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
+                         if m.load_before and m.load_after else ""), highlight=False)
+        console.print(
+            f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
+            f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
+            f"({s.stream_seconds:g} s, ~{s.piece_chars + 27} chars each, reasoning then "
+            f"text, clean), started over {s.ramp_seconds:g} s; upstream, proxy and client in "
+            "a process each.", highlight=False)
 
     lat = Table(title="Latency per chunk, ms: upstream socket write → client read",
                 title_justify="left")
@@ -575,19 +768,23 @@ def render_proxy(report: ProxyBenchReport) -> None:
                       f"[bold]{mem.per_stream / 1024:,.1f} KiB per stream[/]")
 
     t = report.targets
+    v = proxy_verdicts(report)
     console.print("[bold]Targets[/] (through the proxy):")
     if t.at_target_scale:
-        console.print(f"  {_mark(t.streams_met)}  {TARGET_STREAMS:,} concurrent streams "
-                      f"held: {t.streams_held:,}")
+        console.print(f"  {v['streams'].mark}  {TARGET_STREAMS:,} concurrent streams "
+                      f"held: {t.streams_held:,}", highlight=False)
     else:
         console.print(f"  [yellow]– not run[/]  {TARGET_STREAMS:,} concurrent streams: this "
-                      f"run held {t.streams_held:,} of {s.streams:,}")
-    console.print(f"  {_mark(t.latency_met)}  added p99 per chunk < "
+                      f"run held {t.streams_held:,} of {s.streams:,}", highlight=False)
+    console.print(f"  {v['latency'].mark}  added p99 per chunk < "
                   f"{TARGET_P99_ADDED_NS / 1e6:g} ms: {_signed_ms(t.p99_added_ns)} ms"
                   + ("" if report.relay_added is None else
-                     f" (the bare relay alone: {_signed_ms(report.relay_added.p99)} ms)"))
-    console.print(f"  {_mark(t.intact)}  no chunk lost or reordered: {t.lost} lost, "
-                  f"{t.reordered} reordered")
+                     f" (the bare relay alone: {_signed_ms(report.relay_added.p99)} ms)"),
+                  highlight=False)
+    console.print(f"  {v['intact'].mark}  no chunk lost or reordered: {t.lost} lost, "
+                  f"{t.reordered} reordered", highlight=False)
+    if not notes_shown:
+        return
     notes = [
         "Latency: the client's receive time minus the send time the upstream wrote into the "
         "chunk (one wall clock for every process); added = proxy (or relay) minus direct, "
@@ -601,9 +798,11 @@ def render_proxy(report: ProxyBenchReport) -> None:
         "counted by the client; gauge: the proxy's loopbreak_streams_active at its highest "
         "sample.",
         "Others: CPU taken by processes outside the bench while it ran, on the same cores.",
+        "Verdicts: the latency is one run's, so it gets none; rerun to see how it moves "
+        "(a negative added figure is noise: a relay cannot make chunks arrive sooner).",
     ]
     for _, phase in phases:
         for error in phase.errors:
             notes.append(f"{phase.name}: {error}")
     for note in notes:
-        console.print(f"[dim]- {note}[/]")
+        console.print(f"[dim]- {escape(note)}[/]", highlight=False)

@@ -50,6 +50,15 @@ from loopbreak.offline.corpus import (
     stdlib_sources,
 )
 
+EXAMPLES = """\
+examples:
+  loopbreak calibrate --only "period cap" --stdlib-every 20
+  loopbreak calibrate --cases --config loopbreak.toml
+  loopbreak calibrate --loso --json > loso.json
+  loopbreak calibrate --agents
+  loopbreak calibrate --input mine.jsonl --only novelty > sweeps.txt
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", metavar="DIR",
@@ -135,14 +144,14 @@ def run(args: argparse.Namespace) -> int:
     stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
               for ch in ("reasoning", "text")}
 
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.markup import escape
 
-    err = Console(stderr=True)
+    from loopbreak.cli import _output
+
     if not args.json:
-        err.print(note)
+        _output.note(escape(note))
     results: list[tuple[Sweep, list[SweepRow], int]] = []
-    with Progress(console=err, transient=True) as progress:
+    with _output.progress() as progress:
         for sweep in sweeps:
             sweep_clean = clean_for(sweep.channel, clean) + stdlib[sweep.channel]
             passes = 1 if sweep.loosest is not None else len(sweep.settings())
@@ -167,10 +176,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_tables(results: list[tuple[Sweep, list[SweepRow], int]], loops: int) -> None:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
+    from loopbreak.cli import _output
+
+    console = _output.console()
     for sweep, rows, n_clean in results:
         table = Table(title=f"{sweep.name}: {loops} loops, {n_clean} clean streams "
                             f"({sweep.channel} channel)", title_justify="left")
@@ -188,15 +199,17 @@ def _print_tables(results: list[tuple[Sweep, list[SweepRow], int]], loops: int) 
                           style=style)
         console.print(table)
         default = next((r for r in rows if r.is_default), None)
-        if default and (default.clean_trips or default.misses):
-            console.print(f"  default trips on: {', '.join(default.clean_trips[:8]) or '-'}; "
-                          f"misses: {', '.join(default.misses[:8]) or '-'}")
+        if default and (default.clean_trips or default.misses) and _output.show_summary():
+            console.print(escape(f"  default trips on: {', '.join(default.clean_trips[:8]) or '-'}"
+                                 f"; misses: {', '.join(default.misses[:8]) or '-'}"),
+                          highlight=False, soft_wrap=True)
 
 
 def _run_cases(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.markup import escape
     from rich.table import Table
+
+    from loopbreak.cli import _output
 
     config = load_config(args.config).config
     loops, clean, note = _corpora(args)
@@ -204,8 +217,7 @@ def _run_cases(args: argparse.Namespace) -> int:
     # The reasoning cap is a budget, not a loop rule: large source files exceed it by design.
     uncapped = config.replace(**{"limits.max_reasoning_chars": 0})
     note += "; standard-library files are judged with limits.max_reasoning_chars off"
-    err = Console(stderr=True)
-    with Progress(console=err, transient=True) as progress:
+    with _output.progress() as progress:
         task = progress.add_task("judging", total=len(loops) + len(clean) + len(stdlib))
         advance = functools.partial(progress.advance, task)
         results = run_cases(loops + clean, config, jobs=args.jobs, progress=advance)
@@ -233,16 +245,16 @@ def _run_cases(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
-    console = Console(width=max(Console().width, 120))
-    console.print(note)
+    console = _output.console()
+    _output.note(escape(note))
     table = Table(title="loops under this configuration", title_justify="left")
     for name in ("loop", "group", "chan", "chars", "starts", "rule", "cut at", "ran"):
         table.add_column(name, justify="left" if name in ("loop", "group", "rule") else "right")
     for r in loop_results:
         s = r.stream
-        table.add_row(s.id, s.group, s.channel[:4], f"{len(s.text):,}",
+        table.add_row(escape(s.id), escape(s.group), s.channel[:4], f"{len(s.text):,}",
                       "-" if s.loop_start is None else f"{s.loop_start:,}",
-                      r.trip.rule if r.trip else "[red]not cut[/]",
+                      escape(r.trip.rule) if r.trip else "[red]not cut[/]",
                       f"{r.trip.at:,}" if r.trip else "-",
                       f"{r.ran:,}" if r.ran is not None else "-")
     console.print(table)
@@ -251,8 +263,8 @@ def _run_cases(args: argparse.Namespace) -> int:
         clean_table.add_column(name, justify="left" if name == "group" else "right")
     for group, rs in groups.items():
         hits = [r for r in rs if r.trip]
-        clean_table.add_row(group, f"{len(rs):,}", "0" if not hits else "[red]" + ", ".join(
-            f"{r.stream.id} ({r.trip.rule})" for r in hits[:5] if r.trip) + "[/]")
+        clean_table.add_row(escape(group), f"{len(rs):,}", "0" if not hits else "[red]" + escape(
+            ", ".join(f"{r.stream.id} ({r.trip.rule})" for r in hits[:5] if r.trip)) + "[/]")
     console.print(clean_table)
     console.print(_source_table("by source, shipped defaults", scores.values()))
     return 0
@@ -276,6 +288,7 @@ def _pct(value: float | None) -> str:
 
 def _source_table(title: str, scores: Iterable[SourceScore],
                   chosen: dict[str, dict[str, Any]] | None = None) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -290,21 +303,22 @@ def _source_table(title: str, scores: Iterable[SourceScore],
     for sc in scores:
         lat = ", ".join(f"{kind} {statistics.median(v):,.0f}/{max(v):,}"
                         for kind, v in sorted(sc.latencies.items()))
-        row = [sc.source, f"{sc.loops:,}", f"{sc.cut:,}", _pct(sc.recall),
+        row = [escape(sc.source), f"{sc.loops:,}", f"{sc.cut:,}", _pct(sc.recall),
                f"{sc.long_enough:,}", _pct(sc.long_enough_recall), f"{sc.in_budget:,}",
                lat or "-", f"{sc.clean:,}",
                "0" if not sc.clean_trips else f"[red]{len(sc.clean_trips)}[/] "
-               + ", ".join(sc.clean_trips[:3])]
+               + escape(", ".join(sc.clean_trips[:3]))]
         if chosen is not None:
-            row.append(", ".join(f"{k}={v}" for k, v in chosen.get(sc.source, {}).items())
-                       or "defaults")
+            row.append(escape(", ".join(f"{k}={v}" for k, v in chosen.get(sc.source, {}).items())
+                              or "defaults"))
         table.add_row(*row)
     return table
 
 
 def _run_loso(args: argparse.Namespace, sweeps: list[Sweep]) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.markup import escape
+
+    from loopbreak.cli import _output
 
     loops, clean, note = _corpora(args)
     stdlib = {ch: [s for i, s in enumerate(stdlib_sources((ch,))) if i % args.stdlib_every == 0]
@@ -312,11 +326,10 @@ def _run_loso(args: argparse.Namespace, sweeps: list[Sweep]) -> int:
     channels: tuple[Channel, ...] = ("reasoning", "text")
     by_channel: dict[Channel, list[LabelledStream]] = {
         ch: clean_for(ch, clean) + stdlib[ch] for ch in channels}
-    err = Console(stderr=True)
     if not args.json:
-        err.print(note)
+        _output.note(escape(note))
     total = sum(len(by_channel[s.channel]) for s in sweeps)
-    with Progress(console=err, transient=True) as progress:
+    with _output.progress() as progress:
         task = progress.add_task("sweeping", total=total)
         held: list[HeldOut] = leave_one_source_out(
             sweeps, loops, by_channel, jobs=args.jobs,
@@ -327,8 +340,7 @@ def _run_loso(args: argparse.Namespace, sweeps: list[Sweep]) -> int:
                   sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
-    console = Console(width=max(Console().width, 160))
-    console.print(note)
+    console = _output.console()
     console.print(_source_table("leave one source out: each source scored under settings "
                                 "chosen on all the others", [h.score for h in held],
                                 {h.source: h.chosen for h in held}))

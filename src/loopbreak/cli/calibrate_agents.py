@@ -33,9 +33,10 @@ def _pct(part: int, whole: int) -> str:
 
 
 def run_agents(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.markup import escape
     from rich.table import Table
+
+    from loopbreak.cli import _output
 
     dirs = agent_corpus_dirs()
     trajectories = load_trajectories(dirs)
@@ -43,10 +44,7 @@ def run_agents(args: argparse.Namespace) -> int:
         raise InputError("no agent corpus found: run from the repository (agent-corpus/) or "
                          "set LOOPBREAK_AGENT_CORPUS")
     config = load_config(args.config).config
-    err = Console(stderr=True)
-    out = Console()
-    if not out.is_terminal:  # a file or a pipe gets every column whole
-        out = Console(width=max(out.width, 160))
+    out = _output.console()
     scores = {reading: evaluate(trajectories, config, reading) for reading in MODES}
     result: dict[str, Any] = {
         "corpus": [str(d) for d in dirs],
@@ -55,7 +53,7 @@ def run_agents(args: argparse.Namespace) -> int:
                              for key in ("all", "source", "pattern")}
                    for reading, v in scores.items()},
     }
-    with Progress(console=err, transient=True) as progress:
+    with _output.progress() as progress:
         task = progress.add_task("sweeping", total=sum(len(v) for v in SWEEP.values()))
         points = sweep(trajectories, config, progress=lambda: progress.advance(task))
     result["sweep"] = [{"key": p.key, "value": p.value, "default": p.default,
@@ -75,9 +73,10 @@ def run_agents(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
 
-    err.print(f"agent corpus: {', '.join(str(d) for d in dirs)}: {len(trajectories)} runs")
+    _output.note(escape(f"agent corpus: {', '.join(str(d) for d in dirs)}: "
+                        f"{len(trajectories)} runs"))
     for key, title in (("source", "by source"), ("pattern", "by pattern")):
-        table = Table(title=f"agent rules at {args.config or 'the defaults'}, {title}",
+        table = Table(title=f"agent rules at {escape(args.config or 'the defaults')}, {title}",
                       title_justify="left")
         table.add_column(key)
         for reading in MODES:
@@ -87,8 +86,9 @@ def run_agents(args: argparse.Namespace) -> int:
         by = {reading: tally(scores[reading], key) for reading in MODES}
         for name in sorted(by["flags"]):
             f, t = by["flags"][name], by["text"][name]
-            table.add_row(name, *(f"{s.caught}/{s.stuck} {_pct(s.caught, s.stuck)}" if s.stuck
-                                  else "-" for s in (f, t)),
+            table.add_row(escape(name),
+                          *(f"{s.caught}/{s.stuck} {_pct(s.caught, s.stuck)}" if s.stuck
+                            else "-" for s in (f, t)),
                           f"{f.healthy_denied}/{t.healthy_denied} of {f.healthy}",
                           f"{f.healthy_steered}/{t.healthy_steered}")
         f, t = tally(scores["flags"])["all"], tally(scores["text"])["all"]
@@ -102,7 +102,7 @@ def run_agents(args: argparse.Namespace) -> int:
                  "healthy steered"):
         table.add_column(name, justify="left" if name in ("key", "value") else "right")
     for p in points:
-        table.add_row(p.key, f"{p.value}{' *' if p.default else ''}",
+        table.add_row(p.key, escape(f"{p.value}{' *' if p.default else ''}"),
                       f"{p.flags.caught}/{p.flags.stuck}", f"{p.text.caught}/{p.text.stuck}",
                       f"{p.flags.healthy_denied}/{p.text.healthy_denied}",
                       f"{p.flags.healthy_steered}/{p.text.healthy_steered}")
@@ -115,9 +115,9 @@ def run_agents(args: argparse.Namespace) -> int:
         for row in loso["sources"]:
             differs = {k: v for k, v in row["chosen"].items()
                        if any(p.key == k and p.value == v and not p.default for p in points)}
-            table.add_row(row["source"], f"{row['caught']}/{row['stuck']}",
+            table.add_row(escape(row["source"]), f"{row['caught']}/{row['stuck']}",
                           f"{row['healthy_denied']} of {row['healthy']}",
-                          ", ".join(f"{k}={v}" for k, v in differs.items()) or "-")
+                          escape(", ".join(f"{k}={v}" for k, v in differs.items()) or "-"))
         total = loso["total"]
         table.add_row("all", f"{total['caught']}/{total['stuck']} "
                       f"{_pct(total['caught'], total['stuck'])}",

@@ -37,6 +37,16 @@ HOLD_SECONDS = 1.0  # a finished panel stays on screen this long before the next
 EVIDENCE_KEYS = ("period", "coverage", "concentration", "overlap", "flags", "streak",
                  "repeats", "limit")
 
+EXAMPLES = """\
+examples:
+  loopbreak demo                               every bundled stream, live on a terminal
+  loopbreak demo --only verbatim --speed 0     one stream, no pacing
+  loopbreak demo --no-live | grep untouched    plain output, whole tables
+  loopbreak demo --json                        one JSON object per stream
+  loopbreak demo --proxy                       a live cut through the real proxy
+  loopbreak -q demo                            the summary table only
+"""
+
 # Tests replace this (or pass ``sleep=``) so they never wait.
 sleep: Callable[[float], None] = time.sleep
 
@@ -53,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "lists the valid ones)")
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per stream on stdout, no display")
+                        help="print one JSON object per stream on stdout, no display (with "
+                             "--proxy: one object for the run)")
     parser.add_argument("--proxy", action="store_true",
                         help="a live cut end to end: the openai SDK through loopbreak proxy in "
                              "front of a built-in replay upstream")
@@ -178,9 +189,12 @@ def _tail(replay: Replay, console: Console, width: int) -> Text:
 def stream_panel(replay: Replay, console: Console) -> Panel:
     """One stream: the tail of its text and, once finished, the cut or the all-clear."""
     from rich.console import Group
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.rule import Rule
     from rich.text import Text
+
+    from loopbreak.cli._output import text_width
 
     sample, trip = replay.sample, replay.trip
     total = len(sample.text)
@@ -206,10 +220,12 @@ def stream_panel(replay: Replay, console: Console) -> Panel:
     else:
         status = Text(f"▸ streaming… {replay.consumed:,} of {total:,} chars", style="cyan")
         border = "blue"
-    width = max(20, console.width - 4)
+    panel_width = text_width(console)
+    width = max(20, panel_width - 4)
     return Panel(
         Group(_tail(replay, console, width), Rule(style=border), status),
-        title=f"[bold]{sample.name}[/]: {sample.title}",
+        width=panel_width,
+        title=f"[bold]{escape(sample.name)}[/]: {escape(sample.title)}",
         title_align="left",
         subtitle=f"{sample.channel} · {replay.consumed:,} chars",
         subtitle_align="right",
@@ -219,9 +235,11 @@ def stream_panel(replay: Replay, console: Console) -> Panel:
 
 def summary_table(replays: Sequence[Replay]) -> Table:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    # Headers are short and the box has no inner lines so the table fits 80 columns (pipes, CI).
+    # Headers are short and the box has no inner lines so the table fits 80 columns (a pipe
+    # gets it whole at any width: see loopbreak.cli._output).
     table = Table(title="what the engine did", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, padding=(0, 1, 0, 0),
                   caption="loop at: where the loop starts; cut: characters streamed when the "
@@ -241,9 +259,10 @@ def summary_table(replays: Sequence[Replay]) -> Table:
         if trip is None:
             rule = "[red]missed[/]" if sample.is_loop else "[green]untouched[/]"
         else:
-            rule = f"[red]{trip.rule}[/]" if sample.is_loop else f"[red]{trip.rule} (false cut)[/]"
+            rule = f"[red]{escape(trip.rule)}[/]" if sample.is_loop \
+                else f"[red]{escape(trip.rule)} (false cut)[/]"
         table.add_row(
-            sample.name,
+            escape(sample.name),
             sample.channel,
             f"{len(sample.text):,}",
             f"{sample.loop_start:,}" if sample.loop_start is not None else "—",
@@ -295,19 +314,26 @@ def replay_samples(samples: Sequence[Sample], *, console: Console, config: Confi
                    speed: float = DEFAULT_SPEED, live: bool = True,
                    sleep: Callable[[float], None] = _sleep) -> list[Replay]:
     """Play ``samples`` on ``console`` (animated when ``live`` and ``speed`` > 0), each
-    finished panel left on screen, then the summary; return how each stream ended."""
-    console.print(f"Replaying {len(samples)} streams, each through a fresh engine in "
-                  f"{DELTA_CHARS}-character deltas.", style="bold", highlight=False)
+    finished panel left on screen, then the summary; return how each stream ended.
+    ``-q`` leaves out the streams (the summary table and totals only), ``-qq`` the totals."""
+    from loopbreak.cli import _output
+
+    panels = _output.show_notes()
+    if panels:
+        console.print(f"Replaying {len(samples)} streams, each through a fresh engine in "
+                      f"{DELTA_CHARS}-character deltas.", style="bold", highlight=False)
     replays = []
     for sample in samples:
-        if live and speed > 0:
+        if panels and live and speed > 0:
             replay = _animate(sample, config, console, speed, sleep)
         else:
             replay = judge(sample, config)
-        console.print(stream_panel(replay, console))
+        if panels:
+            console.print(stream_panel(replay, console))
         replays.append(replay)
     console.print(summary_table(replays))
-    console.print(totals_line(replays), style="bold", highlight=False)
+    if _output.show_summary():
+        console.print(totals_line(replays), style="bold", highlight=False)
     return replays
 
 
@@ -326,9 +352,9 @@ def run(args: argparse.Namespace) -> int:
                              + "\n")
         sys.stdout.flush()
         return 0
-    from rich.console import Console
+    from loopbreak.cli import _output
 
-    console = Console()
-    live = not args.no_live and console.is_terminal
+    console = _output.console()
+    live = not args.no_live and _output.interactive()
     replay_samples(samples, console=console, config=config, speed=args.speed, live=live)
     return 0

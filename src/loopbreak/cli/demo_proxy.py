@@ -10,6 +10,7 @@ continues the same response. The closing summary takes its numbers from the
 upstream's records of both exchanges and from the proxy's own trip log.
 
 Needs the proxy extra and the ``openai`` SDK (``pip install 'loopbreak[proxy]' openai``).
+``--json`` prints the same facts as one JSON object instead (:func:`run_dict`).
 """
 
 from __future__ import annotations
@@ -279,6 +280,8 @@ def reasoning_panel(run: ProxyDemoRun, console: Console) -> RenderableType:
     from rich.rule import Rule
     from rich.text import Text
 
+    from loopbreak.cli._output import text_width
+
     trip = run.trip
     if run.notice and trip is not None:
         status = Text.assemble(
@@ -295,15 +298,16 @@ def reasoning_panel(run: ProxyDemoRun, console: Console) -> RenderableType:
         status = Text(f"▸ reasoning streams through the proxy… {len(run.reasoning):,} chars",
                       style="cyan")
         border = "blue"
-    width = max(20, console.width - 4)
+    panel_width = text_width(console)
+    width = max(20, panel_width - 4)
     return Panel(Group(_tail(run.reasoning, console, width, TAIL_LINES, "dim italic"),
-                       Rule(style=border), status),
+                       Rule(style=border), status), width=panel_width,
                  title=f"[bold]{MODEL}[/] reasoning, via loopbreak proxy", title_align="left",
                  subtitle=f"{len(run.reasoning):,} chars", subtitle_align="right",
                  border_style=border)
 
 
-def answer_panel(run: ProxyDemoRun) -> RenderableType:
+def answer_panel(run: ProxyDemoRun, width: int | None = None) -> RenderableType:
     """The notice the proxy added, then the retried answer, in the same response."""
     from rich.panel import Panel
     from rich.text import Text
@@ -314,7 +318,7 @@ def answer_panel(run: ProxyDemoRun) -> RenderableType:
         text.append("\n\n")
     text.append(run.answer)
     done = run.finish_reason is not None
-    return Panel(text, title="[bold]answer[/] (the same response, continued)",
+    return Panel(text, title="[bold]answer[/] (the same response, continued)", width=width,
                  title_align="left",
                  subtitle=f"finish_reason: {run.finish_reason}" if done else "streaming…",
                  subtitle_align="right", border_style="green" if done else "blue")
@@ -323,9 +327,11 @@ def answer_panel(run: ProxyDemoRun) -> RenderableType:
 def screen(run: ProxyDemoRun, console: Console) -> RenderableType:
     from rich.console import Group
 
+    from loopbreak.cli._output import text_width
+
     parts = [reasoning_panel(run, console)]
     if run.content:
-        parts.append(answer_panel(run))
+        parts.append(answer_panel(run, text_width(console)))
     return Group(*parts)
 
 
@@ -367,6 +373,7 @@ def summary_lines(run: ProxyDemoRun) -> list[tuple[str, str]]:
 
 def summary_table(run: ProxyDemoRun) -> Table:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="what the proxy did", title_justify="left", box=box.SIMPLE_HEAD,
@@ -376,7 +383,7 @@ def summary_table(run: ProxyDemoRun) -> Table:
     table.add_column("what", style="bold", no_wrap=True)
     table.add_column("measured")
     for what, measured in summary_lines(run):
-        table.add_row(what, measured)
+        table.add_row(what, escape(measured))
     return table
 
 
@@ -409,39 +416,73 @@ def run_proxy_demo(console: Console | None = None, speed: float = DEFAULT_SPEED,
     """Stream through the proxy on ``console`` (animated when ``live``, default: on a
     terminal, and ``speed`` > 0), then print the summary. 0 when the proxy cut the loop
     (and, recovering as configured, ended the response lawfully), else 1."""
-    from rich.console import Console
     from rich.live import Live
 
-    console = console or Console()
-    animate = (console.is_terminal if live is None else live) and speed > 0
-    console.print(f"Streaming with the openai SDK through loopbreak proxy, in front of a "
-                  f"replay upstream whose model loops ({LOOP_CHARS:,} chars of reasoning at "
-                  f"{speed:g} chars/s)." if speed > 0 else
-                  "Streaming with the openai SDK through loopbreak proxy, in front of a "
-                  f"replay upstream whose model loops ({LOOP_CHARS:,} chars of reasoning, "
-                  f"unpaced).", style="bold", highlight=False)
-    console.print(f"user: {PROMPT}", highlight=False)
+    from loopbreak.cli import _output
+
+    if console is None:
+        console = _output.console()
+        terminal = _output.interactive()
+    else:
+        terminal = console.is_terminal
+    quiet = not _output.show_notes()
+    animate = (terminal if live is None else live) and speed > 0 and not quiet
+    if not quiet:
+        console.print(f"Streaming with the openai SDK through loopbreak proxy, in front of a "
+                      f"replay upstream whose model loops ({LOOP_CHARS:,} chars of reasoning "
+                      f"at {speed:g} chars/s)." if speed > 0 else
+                      "Streaming with the openai SDK through loopbreak proxy, in front of a "
+                      f"replay upstream whose model loops ({LOOP_CHARS:,} chars of reasoning, "
+                      f"unpaced).", style="bold", highlight=False)
+        console.print(f"user: {PROMPT}", highlight=False)
     if animate:
         with Live(console=console, auto_refresh=False, transient=True) as display:
             frames = _Frames(display, console, sleep)
             run = stream_through_proxy(speed, config=config, on_delta=frames.draw)
     else:
         run = stream_through_proxy(speed, config=config)
-    console.print(screen(run, console))
+    if not quiet:
+        console.print(screen(run, console))
     console.print(summary_table(run))
     if not run.cut:
         console.print("The proxy did not cut this stream: see the summary.", style="bold yellow",
                       highlight=False)
         return 1
-    console.print("A live cut, end to end: the client got a lawful, complete response.",
-                  style="bold green", highlight=False)
+    if _output.show_summary():
+        console.print("A live cut, end to end: the client got a lawful, complete response.",
+                      style="bold green", highlight=False)
     return 0
 
 
+def run_dict(run: ProxyDemoRun) -> dict[str, Any]:
+    """One run as a JSON-ready object (``loopbreak demo --proxy --json``): the summary's
+    facts, from the upstream's records and the proxy's trip log."""
+    retry = run.retry
+    return {
+        "cut": run.cut,
+        "trip": run.trip,
+        "speed": run.speed,
+        "reasoning_chars": len(run.reasoning),
+        "loop_chars": run.loop_chars,
+        "upstream_chars": run.upstream_chars,
+        "saved_chars": run.saved_chars,
+        "notice": run.notice,
+        "retried": retry is not None,
+        "retry_thinking_disabled": None if retry is None else thinking_disabled(retry),
+        "answer": run.answer,
+        "finish_reason": run.finish_reason,
+        "requests": [r.outcome for r in run.requests],
+        "summary": dict(summary_lines(run)),
+    }
+
+
 def run_from_args(args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
-    """``loopbreak demo --proxy``: ``--speed``, ``--config`` and ``--no-live`` apply."""
-    if getattr(args, "json", False):
-        raise InputError("--json does not apply to demo --proxy (it shows a live stream)")
+    """``loopbreak demo --proxy``: ``--speed``, ``--config``, ``--no-live`` and ``--json``
+    apply."""
     config = load_config(getattr(args, "config", None)).config
+    if getattr(args, "json", False):
+        run = stream_through_proxy(args.speed, config=config)
+        print(json.dumps(run_dict(run), ensure_ascii=False))
+        return 0 if run.cut else 1
     live = False if getattr(args, "no_live", False) else None
     return run_proxy_demo(None, args.speed, sleep, config=config, live=live)

@@ -19,6 +19,15 @@ from loopbreak._errors import InputError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
+DEFAULT_LOG_LEVEL = "warning"
+
+EXAMPLES = """\
+examples:
+  loopbreak proxy --upstream https://api.deepseek.com
+  LOOPBREAK_UPSTREAM=http://localhost:8000/v1 loopbreak proxy --port 0
+  loopbreak proxy --upstream http://localhost:8000/v1 --config loopbreak.toml --workers 4
+  loopbreak -v proxy --upstream https://api.deepseek.com      log at info (-vv: debug)
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,9 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes sharing the port (default 1); the proxy keeps "
                              "no session state, so any worker serves any request (each has "
                              "its own /metrics)")
-    parser.add_argument("--log-level", default="warning",
-                        choices=["debug", "info", "warning", "error"],
-                        help="trips are logged at warning (default)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help=f"trips are logged at warning (default {DEFAULT_LOG_LEVEL}; -v: "
+                             "info, -vv: debug)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,16 +67,19 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--workers must be >= 1, not {args.workers}")
     # Built here first in any case: a bad upstream or configuration is reported once, now.
     app = ProxyApp(upstream, config_path=args.config)
+    from loopbreak.cli import _output
     from loopbreak.proxy.logs import configure_logging
 
+    args.log_level = log_level(args.log_level, _output.level())
     configure_logging(args.log_level)
     # The port is taken before the banner: a port in use is one clear line, and port 0
     # prints the port the system chose.
     sock = listen(args.host, args.port)
     port = sock.getsockname()[1]
     workers = f", {args.workers} workers" if args.workers > 1 else ""
-    print(f"loopbreak proxy: http://{_host_in_url(args.host)}:{port} -> {app.upstream}{workers}",
-          file=sys.stderr)
+    if _output.show_summary():  # the banner says the port chosen: gone only with -qq
+        print(f"loopbreak proxy: http://{_host_in_url(args.host)}:{port} -> "
+              f"{app.upstream}{workers}", file=sys.stderr)
     if args.workers > 1:
         # Each worker is a fresh process that builds its own app from the environment; the
         # supervisor binds the port again (just released: it is free unless taken meanwhile).
@@ -87,6 +99,14 @@ def run(args: argparse.Namespace) -> int:
                                            timeout_graceful_shutdown=5))
     server.run(sockets=[sock])
     return 0
+
+
+def log_level(given: str | None, level: int) -> str:
+    """``--log-level`` when given, else from ``-v``/``-q``: warning (trips), info at
+    ``-v``, debug at ``-vv``; ``-q`` keeps warning, since trips are the proxy's results."""
+    if given:
+        return given
+    return "debug" if level >= 2 else "info" if level == 1 else DEFAULT_LOG_LEVEL
 
 
 def listen(host: str, port: int) -> socket.socket:

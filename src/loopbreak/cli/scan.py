@@ -23,6 +23,14 @@ from loopbreak._engine.scan import DEFAULT_DELTA_CHARS, scan
 from loopbreak._engine.trip import CHANNELS
 from loopbreak._errors import InputError
 
+EXAMPLES = """\
+examples:
+  loopbreak scan streams.jsonl                       one JSON line per stream
+  echo '{"id": 1, "text": "hello"}' | loopbreak scan
+  loopbreak scan --evidence --channel text answer.txt
+  loopbreak scan streams.jsonl | jq -c 'select(.tripped)'
+"""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="FILE",

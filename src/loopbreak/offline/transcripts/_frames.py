@@ -8,7 +8,7 @@ frame from a torn one without reading the file into memory: only frames that
 are whole on disk are decompressed, and what could not be read is counted in
 the :class:`~loopbreak.offline.transcripts._model.ReadReport`.
 
-``zstandard`` is optional (``pip install 'loopbreak[logs]'``) and imported only
+``zstandard`` is optional (the ``logs`` extra, or ``pip install zstandard``) and imported only
 when a compressed log is actually read.
 """
 
@@ -46,7 +46,7 @@ def require_zstandard(path: str) -> ModuleType:
     except ImportError:
         raise InputError(
             f"{path}: reading a compressed session log needs zstandard: "
-            "pip install 'loopbreak[logs]'"
+            "pip install zstandard"
         ) from None
     return zstandard
 
