@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import math
 import os
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -721,14 +722,17 @@ def load_config(
     environ = os.environ if env is None else env
     values: dict[str, tuple[Any, str]] = {}
     file_path: Path | None = None
+    named_by = ""
     if path is None and environ.get(ENV_CONFIG_FILE):
         path = environ[ENV_CONFIG_FILE]
+        named_by = f"named by ${ENV_CONFIG_FILE}; "
     if path is not None:
         file_path = Path(path)
         try:
             raw = file_path.read_bytes()
         except FileNotFoundError:
-            raise ConfigError(f"config file not found: {file_path}") from None
+            raise ConfigError(f"config file not found: {file_path} ({named_by}`loopbreak config "
+                              f"init {shlex.quote(str(file_path))}` writes one)") from None
         except OSError as exc:
             raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from None
         try:

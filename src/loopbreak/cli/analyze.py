@@ -78,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be >= 1, not {args.jobs}")
+    if args.html:  # checked before the analysis, which can take a while
+        html = Path(args.html)
+        if html.is_dir():
+            raise InputError(f"--html {html}: a folder; name the file to write, e.g. "
+                             f"{html / 'report.html'}")
+        if not html.parent.is_dir():
+            raise InputError(f"--html {html}: no folder {html.parent} (create it first)")
     config = load_config(args.config).config
     note = None
     if args.paths:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from loopbreak._errors import InputError
+from loopbreak._extras import missing
 from loopbreak.bench.throughput import (
     QUICK,
     TARGET_CHARS_PER_S,
@@ -257,8 +258,8 @@ def _measure_proxy(settings: ProxyBenchSettings, args: argparse.Namespace) -> Pr
         try:
             return run_proxy_bench(settings, quick=args.quick, on_progress=on_progress)
         except ImportError as exc:
-            raise InputError(f"bench --proxy needs the proxy extra ({exc.name} is missing): "
-                             "pip install 'loopbreak[proxy]'") from None
+            raise missing("bench --proxy", exc.name or "the proxy extra", "proxy",
+                          exc) from None
         except RuntimeError as exc:
             raise InputError(f"bench --proxy: {exc}") from None
 

@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from loopbreak._config import load_config
@@ -92,13 +93,17 @@ def _corpora(args: argparse.Namespace) -> tuple[list[LabelledStream], list[Label
     root = corpus_dir(args.corpus)
     real: list[LabelledStream] = []
     note = f"corpus: {root}"
+    fix = "pass --corpus DIR or set LOOPBREAK_CORPUS to the folder that holds dsh-loop-guard/"
+    if root.is_dir() and not (root / "dsh-loop-guard").is_dir():
+        raise InputError(f"{root} is not the shared corpus (no dsh-loop-guard/ in it): {fix}")
     if root.is_dir():
         real = list(dsh_loop_guard(root)) + list(alpaca_outputs(root)) + list(alpaca_loops(root))
     elif args.corpus is not None:
-        raise InputError(f"--corpus {root}: no such folder")
+        what = "not a folder" if root.exists() else "no such folder"
+        raise InputError(f"--corpus {root}: {what} ({fix})")
     else:
-        note = (f"corpus not found at {root} (set LOOPBREAK_CORPUS); sweeping the project's "
-                f"samples, its development corpus and the standard library only")
+        note = (f"corpus not found at {root} (set LOOPBREAK_CORPUS or pass --corpus); sweeping "
+                f"the project's samples, its development corpus and the standard library only")
     dirs = dev_corpus_dirs()
     real += list(dev_corpus(dirs))
     note += "; development corpus: " + (", ".join(str(d) for d in dirs) or "none found")
@@ -108,6 +113,24 @@ def _corpora(args: argparse.Namespace) -> tuple[list[LabelledStream], list[Label
     loops = [s for s in real + own if s.label == "loop"]
     clean = [s for s in real + own if s.label == "clean"]
     return loops, clean, note
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Options the chosen run would not read, and files that are not there: one line each,
+    before anything is loaded."""
+    if args.agents and (args.corpus is not None or args.input):
+        given = "--corpus" if args.corpus is not None else "--input"
+        raise InputError(f"{given} is for the text sweeps; --agents reads the agent corpus "
+                         "(agent-corpus/, or set LOOPBREAK_AGENT_CORPUS)")
+    if args.config is not None and not (args.cases or args.agents):
+        raise InputError("--config applies to --cases and --agents; the sweeps start from the "
+                         "shipped defaults")
+    for name in args.input:
+        path = Path(name)
+        if path.is_dir():
+            raise InputError(f"--input {path}: a folder, not a labelled JSONL file")
+        if not path.exists():
+            raise InputError(f"--input {path}: no such file")
 
 
 def _row_json(row: SweepRow) -> dict[str, Any]:
@@ -127,6 +150,7 @@ def _row_json(row: SweepRow) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.stdlib_every < 1:
         raise InputError("--jobs and --stdlib-every must be >= 1")
+    _check_paths(args)
     if args.agents:
         from loopbreak.cli.calibrate_agents import run_agents
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopbreak._config import Config, load_config
 from loopbreak._errors import InputError, LoopbreakError
+from loopbreak._extras import install_hint
 
 if TYPE_CHECKING:
     # Imported where they are used: the dispatcher imports every command module to
@@ -53,7 +54,7 @@ CUT_HOLD_SECONDS = 1.2
 FRAMES_PER_SECOND = 30
 TAIL_LINES = 10
 NOTICE_TAG = "[loopbreak]"
-INSTALL_HINT = "pip install 'loopbreak[proxy]' openai"
+INSTALL_HINT = install_hint("proxy", "openai")
 
 
 def _requirements() -> Any:

@@ -16,6 +16,7 @@ import socket
 import sys
 
 from loopbreak._errors import InputError
+from loopbreak._extras import missing
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -58,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InputError(f"--port must be in 0..65535, not {args.port}")
     try:
+        import aiohttp  # noqa: F401
         import uvicorn
-    except ImportError:
-        raise InputError("the proxy needs its extra: pip install 'loopbreak[proxy]'") from None
+    except ImportError as exc:
+        raise missing("loopbreak proxy", exc.name or "its extra", "proxy", exc) from None
     from loopbreak.proxy.server import tune_gc
 
     if args.workers < 1:

@@ -50,6 +50,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterat
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
+from loopbreak._extras import missing
+
 try:
     from langchain.agents.middleware import (
         AgentMiddleware,
@@ -72,10 +74,7 @@ try:
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "loopbreak.integrations.langchain needs LangChain v1 (agent middleware): "
-        "pip install 'loopbreak[langchain]'"
-    ) from exc
+    raise missing(__name__, "LangChain v1 (agent middleware)", "langchain", exc) from exc
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard

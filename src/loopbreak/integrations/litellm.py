@@ -53,9 +53,14 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-import litellm
-from litellm.integrations.custom_logger import CustomLogger
-from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
+from loopbreak._extras import missing
+
+try:
+    import litellm
+    from litellm.integrations.custom_logger import CustomLogger
+    from litellm.types.utils import Delta, ModelResponseStream, StreamingChoices
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise missing(__name__, "litellm", "litellm", exc) from exc
 
 from loopbreak._config import Config, load_config
 from loopbreak._engine.call_guard import CallGuard

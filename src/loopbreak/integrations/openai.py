@@ -20,6 +20,13 @@ import copy
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from loopbreak._extras import missing
+
+try:
+    from openai.types.chat import ChatCompletionChunk
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise missing(__name__, "the openai SDK", "openai", exc) from exc
+
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.notices import Language, resolve_language
@@ -56,8 +63,6 @@ def thinking_off_kwargs(kwargs: dict[str, Any], dialect: str = "auto",
 def _chunk(template: Any, text: str | None = None, finish: str | None = "stop") -> Any:
     """A chunk like ``template`` carrying ``text`` (or nothing), ending the stream when
     ``finish`` is given."""
-    from openai.types.chat import ChatCompletionChunk
-
     return ChatCompletionChunk.model_validate({
         "id": getattr(template, "id", "") or "chatcmpl-loopbreak",
         "object": "chat.completion.chunk",

@@ -31,20 +31,25 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    Runner,
-    RunResult,
-    RunResultStreaming,
-    Tool,
-    ToolGuardrailFunctionOutput,
-    ToolInputGuardrail,
-    ToolInputGuardrailData,
-    ToolOutputGuardrail,
-    ToolOutputGuardrailData,
-    default_tool_error_function,
-)
+from loopbreak._extras import missing
+
+try:
+    from agents import (
+        Agent,
+        FunctionTool,
+        Runner,
+        RunResult,
+        RunResultStreaming,
+        Tool,
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrail,
+        ToolInputGuardrailData,
+        ToolOutputGuardrail,
+        ToolOutputGuardrailData,
+        default_tool_error_function,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise missing(__name__, "openai-agents", "agents", exc) from exc
 
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.tool_failure import looks_like_failure

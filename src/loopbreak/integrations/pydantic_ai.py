@@ -35,20 +35,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai import RunContext
-from pydantic_ai.capabilities import (
-    AbstractCapability,
-    ValidatedToolArgs,
-    WrapToolExecuteHandler,
-)
-from pydantic_ai.exceptions import (
-    ModelRetry,
-    ToolFailed,
-    ToolFailedError,
-    ToolRetryError,
-)
-from pydantic_ai.messages import ToolCallPart, ToolReturnPart
-from pydantic_ai.tools import ToolDefinition
+from loopbreak._extras import missing
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai.capabilities import (
+        AbstractCapability,
+        ValidatedToolArgs,
+        WrapToolExecuteHandler,
+    )
+    from pydantic_ai.exceptions import (
+        ModelRetry,
+        ToolFailed,
+        ToolFailedError,
+        ToolRetryError,
+    )
+    from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise missing(__name__, "pydantic-ai", "pydantic-ai", exc) from exc
 
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.tool_failure import looks_like_failure

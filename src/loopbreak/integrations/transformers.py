@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import Channel, Trip
+from loopbreak._extras import missing
 
 StartChannel = Literal["reasoning", "text", "auto"]
 """Where a stream starts: a channel, or ``auto`` (reasoning when the prompt ends
@@ -235,10 +236,7 @@ def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise ImportError(
-            f"loopbreak.integrations.transformers needs {name!r}: "
-            "pip install 'loopbreak[transformers]'"
-        ) from exc
+        raise missing(__name__, name, "transformers", exc) from exc
 
 
 def _stopping_criteria_base() -> type:

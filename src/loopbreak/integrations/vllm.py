@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopbreak._config import Config, load_config
 from loopbreak._engine.trip import Trip
+from loopbreak._extras import missing
 from loopbreak.integrations.transformers import (
     StartChannel,
     TokenJudge,
@@ -126,7 +127,10 @@ def load_tokenizer(vllm_config: Any) -> Any:
         tokenizer = loader(model_config)
         if tokenizer is not None:
             return tokenizer
-    transformers = importlib.import_module("transformers")
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError as exc:  # no vLLM (whose dependency it is) either
+        raise missing(__name__, "vLLM", "vllm", exc) from exc
     return transformers.AutoTokenizer.from_pretrained(
         model_config.tokenizer, revision=getattr(model_config, "tokenizer_revision", None),
         trust_remote_code=getattr(model_config, "trust_remote_code", False))
