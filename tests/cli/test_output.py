@@ -179,8 +179,12 @@ def test_quiet_turns_progress_bars_and_notes_off(monkeypatch: pytest.MonkeyPatch
     assert "a note" in sys.stderr.getvalue()
 
 
-def test_progress_is_off_when_stderr_is_not_a_terminal() -> None:
-    assert _output.progress().disable  # pytest's stderr is not a terminal
+def test_progress_is_off_when_stderr_is_not_a_terminal(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with _output.progress() as bar:  # pytest's stderr is not a terminal
+        bar.advance(bar.add_task("reading", total=2))
+    assert bar.disable
+    assert capsys.readouterr() == ("", "")  # not even the newline rich ends a bar with
 
 
 def _boom(args: object) -> int:

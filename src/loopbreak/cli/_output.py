@@ -21,6 +21,7 @@ of every error) and makes the proxy log more.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -143,9 +144,10 @@ def progress(*columns: str | ProgressColumn, disable: bool = False) -> Progress:
     """A transient progress bar on stderr, off with ``-q`` and off a terminal."""
     from rich.progress import Progress
 
-    err = console(stderr=True)
-    return Progress(*columns, console=err, transient=True,
-                    disable=disable or not show_notes() or not interactive(sys.stderr))
+    off = disable or not show_notes() or not interactive(sys.stderr)
+    # rich ends even a disabled bar with a newline on its console: an unseen one takes it.
+    err = console(file=io.StringIO()) if off else console(stderr=True)
+    return Progress(*columns, console=err, transient=True, disable=off)
 
 
 def note(message: str) -> None:
