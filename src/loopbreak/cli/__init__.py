@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("loopbreak.cli.demo", "replay bundled loops and clean streams through the engine"),
     "bench": ("loopbreak.cli.bench", "measure engine throughput against peer packages"),
     "calibrate": ("loopbreak.cli.calibrate", "sweep rule thresholds over labelled corpora"),
-    "config": ("loopbreak.cli.config", "print the effective configuration and where it came from"),
+    "config": ("loopbreak.cli.config", "print the configuration as TOML; init writes a template"),
 }
 
 EXIT_ERROR = 2
@@ -44,17 +44,6 @@ examples:
 Piped or redirected, tables print whole and uncoloured; NO_COLOR and FORCE_COLOR are
 honoured. `loopbreak COMMAND --help` shows each command's own examples.
 """
-
-# Examples of commands whose module does not (yet) define EXAMPLES.
-_FALLBACK_EXAMPLES = {
-    "config": """\
-examples:
-  loopbreak config show
-  loopbreak config show --config loopbreak.toml
-  loopbreak config show --json
-""",
-}
-
 
 def _common(parser: argparse.ArgumentParser, *, after: bool) -> None:
     """``-q``/``-v``, before the command (``after`` False) or after it: counted apart,
@@ -74,7 +63,7 @@ def examples(name: str) -> str | None:
     """The examples that end ``loopbreak NAME --help`` (a test holds every command to
     having some, each one a command this parser accepts)."""
     module = importlib.import_module(COMMANDS[name][0])
-    text: str | None = getattr(module, "EXAMPLES", None) or _FALLBACK_EXAMPLES.get(name)
+    text: str | None = getattr(module, "EXAMPLES", None)
     return text
 
 
