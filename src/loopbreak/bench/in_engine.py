@@ -10,8 +10,8 @@ some of which SmolLM2 answers in a loop, so rows are cut as in real use. Each ba
 size runs ``runs`` times; the report gives ranges.
 
 The vLLM logits processor shares the per-row judge (``TokenJudge``) and the
-incremental decoder with the criteria; it is not measured here: that needs a live
-vLLM engine (see the README's known limits).
+incremental decoder with the criteria; :mod:`loopbreak.bench.in_engine_vllm` measures it
+inside vLLM's own engine (``--engine vllm``).
 """
 
 from __future__ import annotations

@@ -343,8 +343,13 @@ def _run_in_engine(args: argparse.Namespace) -> int:
 
 
 def _run_in_engine_vllm(args: argparse.Namespace) -> int:
+    import os
+
     from rich.table import Table
 
+    # vLLM logs to stdout unless told otherwise (set before it is imported): keep stdout for
+    # the table or the JSON.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from loopbreak.bench.in_engine_vllm import QUICK as VLLM_QUICK
     from loopbreak.bench.in_engine_vllm import (
         VllmSettings,

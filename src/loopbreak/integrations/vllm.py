@@ -1,9 +1,12 @@
 """End a looping request inside vLLM: :class:`LoopbreakLogitsProcessor`.
 
-A vLLM V1 logits processor (the ``vllm.v1.sample.logits_processor.LogitsProcessor``
-interface). Load it when the engine starts::
+A vLLM custom logits processor for both of vLLM's model runners: the V1 model
+runner's interface (``vllm.v1.sample.logits_processor.LogitsProcessor``) and Model
+Runner V2's (``vllm.v1.worker.gpu.sample.logits_processor.LogitsProcessor``, the
+default in recent vLLM on GPUs). One class implements both; vLLM constructs and
+drives it through whichever runner it picked. Load it when the engine starts::
 
-    VLLM_USE_V2_MODEL_RUNNER=0 vllm serve MODEL \\
+    vllm serve MODEL \\
         --logits-processors loopbreak.integrations.vllm:LoopbreakLogitsProcessor
 
 and opt a request in with the custom argument ``loopbreak`` (the REST API's
@@ -28,9 +31,15 @@ they have no state and ``apply`` never looks at their rows.
 The engine configuration comes from :func:`loopbreak.load_config` (``LOOPBREAK_*``
 variables, ``LOOPBREAK_CONFIG``) in the process that builds the processor.
 
-Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``, the default in recent vLLM)
-has a different processor interface that this class does not implement; set the
-variable to 0. V1 processors do not run under speculative decoding (vLLM's rule).
+Under the V1 model runner vLLM hands the processor each request's live list of
+output ids (``update_state``). Model Runner V2 keeps them on the device: the
+processor learns of a request in ``add_request`` (its slot; it declines the
+requests that did not opt in, so vLLM skips it for batches without one) and, in
+``apply``, copies each opted-in request's new ids (and, once, the prompt's tail)
+from the runner's token buffer to the host in one transfer per step, then forces
+end-of-sequence on every logits row of a tripped request (one row per draft token
+under speculative decoding, which V2 runs custom processors under; the V1 runner
+runs none there).
 
 The module imports without vLLM; :class:`LoopbreakLogitsProcessor` then has no
 vLLM base class, which is enough for its unit tests (``tokenizer=`` stands in for
@@ -96,19 +105,29 @@ def requested_channel(params: Any) -> StartChannel | None:
     return channel
 
 
-def _logits_processor_base() -> type:
-    """vLLM's V1 ``LogitsProcessor`` where vLLM is installed."""
-    try:
-        module = importlib.import_module("vllm.v1.sample.logits_processor")
-    except ImportError:
-        return object
-    return getattr(module, "LogitsProcessor", object)
+V1_INTERFACE = "vllm.v1.sample.logits_processor"
+V2_INTERFACE = "vllm.v1.worker.gpu.sample.logits_processor.interface"
+"""Where vLLM defines each model runner's ``LogitsProcessor`` (both import without a GPU)."""
+
+
+def _logits_processor_bases() -> tuple[type, ...]:
+    """vLLM's ``LogitsProcessor`` classes where vLLM is installed: the V1 model runner's,
+    then Model Runner V2's (older vLLM has only the first)."""
+    bases: list[type] = []
+    for module_name in (V1_INTERFACE, V2_INTERFACE):
+        try:
+            base = getattr(importlib.import_module(module_name), "LogitsProcessor", None)
+        except ImportError:
+            continue
+        if isinstance(base, type):
+            bases.append(base)
+    return tuple(bases) or (object,)
 
 
 if TYPE_CHECKING:
-    _Base = object
+    _Bases: tuple[type, ...] = (object,)
 else:
-    _Base = _logits_processor_base()
+    _Bases = _logits_processor_bases()
 
 
 def load_tokenizer(vllm_config: Any) -> Any:
@@ -162,13 +181,32 @@ class RequestState:
         return self.judge.feed(new) if new else None
 
 
-class LoopbreakLogitsProcessor(_Base):
-    """vLLM V1 logits processor: force end-of-sequence on opted-in requests that loop.
+@dataclass
+class SlotState:
+    """Model Runner V2: one opted-in request in its slot. The judge is made at the
+    request's first step, when the prompt's tail can be read from the device."""
 
-    vLLM constructs it as ``(vllm_config, device, is_pin_memory)``. ``tokenizer``
-    and ``config`` are for use outside vLLM's loader (tests, embedding): by
-    default the tokenizer is vLLM's for the served model and the configuration is
-    :func:`loopbreak.load_config`'s.
+    channel: StartChannel
+    judge: TokenJudge | None = None
+    fed: int = 0
+    """Output ids judged so far."""
+
+
+def is_v2_request_state(value: Any) -> bool:
+    """Whether ``value`` is Model Runner V2's ``LogitsProcRequestState`` (what V2 passes
+    where the V1 runner passes the device)."""
+    return all(hasattr(value, name) for name in ("all_token_ids", "total_len", "prompt_len"))
+
+
+class LoopbreakLogitsProcessor(*_Bases):  # type: ignore[misc]
+    """vLLM logits processor: force end-of-sequence on opted-in requests that loop.
+
+    The V1 model runner constructs it as ``(vllm_config, device, is_pin_memory)`` and
+    drives it through ``update_state`` and ``apply(logits)``; Model Runner V2 as
+    ``(vllm_config, req_states)`` (its ``LogitsProcRequestState``) through
+    ``add_request`` and ``apply(logits, ctx)``. ``tokenizer`` and ``config`` are for
+    use outside vLLM's loader (tests, embedding): by default the tokenizer is vLLM's
+    for the served model and the configuration is :func:`loopbreak.load_config`'s.
     """
 
     def __init__(self, vllm_config: Any = None, device: Any = None,
@@ -182,7 +220,12 @@ class LoopbreakLogitsProcessor(_Base):
         self.eos_token_id: int = eos
         self._decode = make_decode(self.tokenizer)
         self._markers = marker_ids(self.tokenizer)
+        self.req_states: Any = device if is_v2_request_state(device) else None
+        """Model Runner V2's shared request state (``None`` under the V1 model runner)."""
         self.requests: dict[int, RequestState] = {}
+        """V1 model runner: the opted-in requests by batch index."""
+        self.slots: dict[int, SlotState] = {}
+        """Model Runner V2: the opted-in requests by slot."""
         self.trips: deque[Trip] = deque(maxlen=256)
         """The latest trips (bounded), oldest first."""
 
@@ -220,8 +263,12 @@ class LoopbreakLogitsProcessor(_Base):
             if moved_b is not None and getattr(direction, "name", "") == "SWAP":
                 self.requests[a] = moved_b
 
-    def apply(self, logits: Any) -> Any:
-        """Judge each opted-in request's new ids; force end-of-sequence where one tripped."""
+    def apply(self, logits: Any, ctx: Any = None) -> Any:
+        """Judge each opted-in request's new ids; force end-of-sequence where one tripped.
+
+        ``ctx`` is Model Runner V2's ``LogitsContext`` (the V1 runner passes none)."""
+        if ctx is not None:
+            return self._apply_v2(logits, ctx)
         if not self.requests:
             return logits
         rows: list[int] = []
@@ -229,16 +276,99 @@ class LoopbreakLogitsProcessor(_Base):
             if state.judge.trip is None:
                 trip = state.catch_up()
                 if trip is not None:
-                    self.trips.append(trip)
-                    logger.warning(
-                        "loopbreak: %s loop on %s after %d chars (%d tokens); ending the "
-                        "request at batch index %d", trip.rule, trip.channel, trip.offset,
-                        state.judge.trip_token or 0, index)
+                    self._tripped(trip, state.judge, f"batch index {index}")
             if state.judge.trip is not None and index < logits.shape[0]:
                 rows.append(index)
         if rows:
             force_token(logits, rows, self.eos_token_id)
         return logits
+
+    def _tripped(self, trip: Trip, judge: TokenJudge, where: str) -> None:
+        self.trips.append(trip)
+        logger.warning("loopbreak: %s loop on %s after %d chars (%d tokens); ending the "
+                       "request at %s", trip.rule, trip.channel, trip.offset,
+                       judge.trip_token or 0, where)
+
+    # -- Model Runner V2 ------------------------------------------------------------------
+
+    def add_request(self, req_idx: int, sampling_params: Any) -> bool:
+        """Model Runner V2: a request takes slot ``req_idx`` (whatever held it before is
+        gone). Answers whether this processor acts on it: only if it opted in."""
+        channel = requested_channel(sampling_params)
+        if channel is None:
+            self.slots.pop(req_idx, None)
+            return False
+        self.slots[req_idx] = SlotState(channel)
+        return True
+
+    def apply_staged_writes(self) -> None:
+        """Model Runner V2: nothing is staged (the state lives on the host)."""
+
+    def _apply_v2(self, logits: Any, ctx: Any) -> Any:
+        if not self.slots:
+            return logits
+        batch = [int(slot) for slot in ctx.idx_mapping_np.tolist()]
+        tripped: set[int] = set()
+        reads: list[tuple[int, SlotState, int, int, int]] = []
+        for pos, slot in enumerate(batch):
+            state = self.slots.get(slot)
+            if state is None:
+                continue
+            if state.judge is not None and state.judge.trip is not None:
+                tripped.add(slot)
+                continue
+            prompt_len = int(self.req_states.prompt_len.np[slot])
+            start = (prompt_len + state.fed if state.judge is not None
+                     else max(prompt_len - _PROMPT_TAIL, 0))
+            # This step's sequence length bounds the committed ids (exactly, without
+            # speculative decoding); the device's total length trims the rest.
+            end = max(int(ctx.seq_lens_upper_bound_np[pos]), prompt_len, start)
+            reads.append((slot, state, prompt_len, start, end))
+        for (slot, state, prompt_len, start, _), (total, ids) in zip(
+                reads, read_committed(self.req_states, [(s, a, b) for s, _, _, a, b in reads])):
+            ids = ids[:max(total - start, 0)]
+            if state.judge is None:
+                context, ids = ids[:prompt_len - start], ids[prompt_len - start:]
+                state.judge = TokenJudge(
+                    self._decode, self.config, context=context, markers=self._markers,
+                    channel=start_channel(state.channel, context, self._markers))
+            state.fed += len(ids)
+            trip = state.judge.feed(ids) if ids else None
+            if trip is not None:
+                self._tripped(trip, state.judge, f"slot {slot}")
+                tripped.add(slot)
+        if tripped:
+            if logits.shape[0] == len(batch):
+                rows = [pos for pos, slot in enumerate(batch) if slot in tripped]
+            else:  # speculative decoding: a request has one row per draft token
+                rows = [row for row, slot in enumerate(ctx.expanded_idx_mapping.tolist())
+                        if slot in tripped]
+            force_token(logits, rows, self.eos_token_id)
+        return logits
+
+
+def read_committed(req_states: Any,
+                   spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, list[int]]]:
+    """Model Runner V2: for each ``(slot, start, end)``, the slot's committed length and
+    its token ids ``start:end`` (past the committed length they are stale), read from
+    the runner's device buffers in one copy to the host."""
+    if not spans:
+        return []
+    import torch
+
+    tokens = req_states.all_token_ids.gpu
+    total = req_states.total_len.gpu
+    width = tokens.shape[1]
+    parts = [total[slot:slot + 1].to(tokens.dtype) for slot, _, _ in spans]
+    parts += [tokens[slot, min(start, width):min(end, width)] for slot, start, end in spans]
+    flat = torch.cat(parts).tolist()
+    out: list[tuple[int, list[int]]] = []
+    at = len(spans)
+    for n, (_, start, end) in enumerate(spans):
+        size = max(min(end, width) - min(start, width), 0)
+        out.append((int(flat[n]), [int(i) for i in flat[at:at + size]]))
+        at += size
+    return out
 
 
 def force_token(logits: Any, rows: Sequence[int], token_id: int) -> None:
