@@ -225,11 +225,11 @@ DIFFERS: dict[tuple[str, str], Outcome] = {
     # The agent runs the tool and asks the model again, thinking still on: no retry.
     ("langchain", "tool call sent, then a loop"):
         Outcome("tool_calls", True, False, ("write",), 2, {"type": "enabled"}, False),
-    # A whole answer that holds an answer or tool calls is already made and paid for: nothing
-    # is saved by cutting it, and what it holds is what the client asked for, so it passes as
-    # it came (an x-loopbreak-trip header marks it). Only a whole answer that holds nothing
-    # but reasoning is recovered as the plan says (retried, ended with the notice, or an error).
-    ("proxy-whole", "text loop"): Outcome("stop", False, False, (), 1, None, False),
+    # A whole answer is already made and paid for: one whose reasoning looped but that holds
+    # tool calls (or an answer) has nothing left to cut, and its calls are what the client
+    # asked for, so it passes as it came (an x-loopbreak-trip header marks it). A looping
+    # text is cut and ends with the notice, as streamed; a whole answer that holds nothing
+    # but reasoning is recovered as the plan says (retried, ended with the notice, an error).
     ("proxy-whole", "tool call sent, then a loop"):
         Outcome("tool_calls", False, False, ("write",), 1, None, False),
 }

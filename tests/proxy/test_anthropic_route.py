@@ -126,3 +126,17 @@ def test_a_denied_tool_use_in_a_whole_answer_is_not_relayed(upstream: ScriptedUp
     reask = upstream.wait_for_requests(2)[1].body["messages"]
     assert reask[-1]["content"][0]["content"].startswith("[loopbreak] This call to `bash`")
     assert len(upstream.requests) == 2
+
+
+def test_a_whole_answer_whose_text_loops_is_cut_with_the_notice(upstream: ScriptedUpstream,
+                                                                proxy: ProxyServer) -> None:
+    half = len(LOOP) // 2
+    upstream.enqueue(Script.anthropic(reasoning="Plan the answer.", text=LOOP))
+    message = _client(proxy).messages.create(
+        model="deepseek-chat", max_tokens=4096,
+        messages=[{"role": "user", "content": "hi"}])
+    assert [b.type for b in message.content] == ["thinking", "text", "text"]
+    said, notice = message.content[1].text, message.content[2].text  # type: ignore[union-attr]
+    assert LOOP.startswith(said) and 0 < len(said) < half
+    assert notice.startswith("[loopbreak]")
+    assert message.stop_reason == "end_turn"

@@ -272,6 +272,34 @@ def test_non_streaming_answer_passes_with_a_trip_header(upstream: ScriptedUpstre
     assert len(upstream.requests) == 1
 
 
+def test_a_whole_answer_whose_text_loops_is_cut_with_the_notice(upstream: ScriptedUpstream,
+                                                                proxy: ProxyServer) -> None:
+    # What the streamed route would have relayed: the text up to where the rule fired, then
+    # the notice and a normal finish; the client keeps no loop in its history.
+    upstream.enqueue(Script.openai(text=LOOP))
+    response = _client(proxy).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "hi"}])
+    choice = response.parse().choices[0]
+    said, _, notice = (choice.message.content or "").partition("\n\n[loopbreak]")
+    assert notice and len(said) < len(LOOP) // 2 and LOOP.startswith(said)
+    assert choice.finish_reason == "stop"
+    assert response.headers["x-loopbreak-trip"] == "cycle"
+    assert len(upstream.requests) == 1
+
+
+def test_a_whole_looping_answer_keeps_its_tool_calls(upstream: ScriptedUpstream,
+                                                      proxy_for: ProxyFactory) -> None:
+    proxy = proxy_for(Config().replace(**{"recovery.notice": False}))
+    call = ToolCall.of("write", {"path": "a.py", "content": "x = 1"}, id="call_w")
+    upstream.enqueue(Script.openai(text=LOOP, tool_calls=[call], finish_reason="tool_calls"))
+    choice = _client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}]).choices[0]
+    assert choice.message.content and LOOP.startswith(choice.message.content)
+    assert len(choice.message.content) < len(LOOP) // 2  # cut, and no notice: it is off
+    assert [c.function.name for c in choice.message.tool_calls or []] == ["write"]  # type: ignore[union-attr]
+    assert choice.finish_reason == "tool_calls"
+
+
 def test_non_streaming_loop_in_error_mode_is_an_error_the_sdk_does_not_retry(
         upstream: ScriptedUpstream, proxy_for: ProxyFactory) -> None:
     proxy = proxy_for(Config().replace(**{"recovery.on_trip": "error"}))

@@ -508,12 +508,15 @@ class ProxyApp:
     async def _whole(self, send: Send, kind: Kind, body: dict[str, Any], view: Any,
                      config: Config, opener: Any, *, session: str,
                      ask_dialect: Callable[[], Awaitable[str]]) -> None:
-        """A non-streaming request. A whole answer is already made and paid for: one that holds
-        an answer or tool calls passes as it came (``x-loopbreak-trip`` marks a loop in it); one
-        that holds nothing but reasoning is recovered as the plan says (asked again without
-        thinking, once per turn; ended with the notice; or an error, as is any looping answer
-        in ``error`` mode). Tool calls the history denies never reach the client (the model is
-        re-asked once, then the answer ends with the reason), as on the streamed route."""
+        """A non-streaming request. A whole answer is already made and paid for, so what saves
+        anything is what the client keeps: an answer whose text loops is cut where the rule
+        fired and ends with the notice, as the streamed route would have ended it (its tool
+        calls, whole, kept); one whose reasoning loops but that holds an answer or tool calls
+        passes as it came (``x-loopbreak-trip`` marks it); one that holds nothing but reasoning
+        is recovered as the plan says (asked again without thinking, once per turn; ended
+        with the notice; or an error, as is any looping answer in ``error`` mode). Tool calls
+        the history denies never reach the client (the model is re-asked once, then the
+        answer ends with the reason), as on the streamed route."""
         limit = self.source.proxy.max_response_bytes
         try:
             response = await opener(body)
@@ -535,7 +538,8 @@ class ProxyApp:
             cut, productive = trip
             plan = plan_cut(cut, config, language=view.session.language,
                             retries_used=view.cuts_this_turn, wire=kind)
-            recovery = plan.mode if plan.mode == "error" or not productive else "none"
+            recovery = plan.mode if plan.mode == "error" or not productive else (
+                "stop" if cut.channel == "text" else "none")
             self.metrics.add("loopbreak_trips_total", rule=cut.rule, channel=cut.channel)
             headers.append(("x-loopbreak-trip", cut.rule))
             log_event("trip", rule=cut.rule, channel=cut.channel, offset=cut.offset,
@@ -545,6 +549,8 @@ class ProxyApp:
                 status, data = 502, error_body(kind, 502, plan.error, code="loop_detected")
                 headers = [("content-type", "application/json"), ("x-should-retry", "false"),
                            ("x-loopbreak-trip", cut.rule)]
+            elif recovery == "stop" and productive:
+                data = _text_cut(data, kind, cut.at, plan.shown)
             elif recovery == "stop":
                 data = _with_notice(data, kind, plan.shown)
             elif recovery == "retry":
@@ -719,7 +725,8 @@ def _judge_whole(data: bytes, kind: Kind, config: Config) -> tuple[Trip, bool] |
                 elif block.get("type") == "tool_use":
                     productive = True
         productive = productive or bool(text.strip())
-    for channel, value in (("reasoning", reasoning), ("text", text)):
+    # The text first: a looping answer is cut even when its reasoning looped too.
+    for channel, value in (("text", text), ("reasoning", reasoning)):
         # A whole answer is one delta: every rule but the per-delta one decides the same
         # however the text is split.
         guard = ChannelGuard(channel, config)  # type: ignore[arg-type]
@@ -743,6 +750,39 @@ def _with_notice(data: bytes, kind: Kind, notice: str) -> bytes:
         message["content"] = f"{notice}\n\n{message.get('content') or ''}"
     elif kind == "anthropic" and isinstance(obj, dict):
         obj["content"] = [{"type": "text", "text": notice}, *(obj.get("content") or [])]
+    return json.dumps(obj, ensure_ascii=False).encode()
+
+
+def _text_cut(data: bytes, kind: Kind, at: int, notice: str) -> bytes:
+    """A complete response whose text ends at character ``at`` (where the rule fired),
+    followed by ``notice`` ("" with ``recovery.notice`` off), with a normal finish, or the
+    tool-call one when it holds tool calls (whole, they are kept: the client runs them)."""
+    obj = json.loads(data)
+    if kind == "openai":
+        choice = obj["choices"][0]
+        message = choice.get("message") or {}
+        said = str(message.get("content") or "")[:at]
+        message["content"] = f"{said}\n\n{notice}" if said and notice else said or notice
+        choice["finish_reason"] = normal_finish(kind, bool(message.get("tool_calls")))
+        return json.dumps(obj, ensure_ascii=False).encode()
+    blocks: list[Any] = []
+    left = at
+    for block in obj.get("content") or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = str(block.get("text") or "")
+            if left <= 0:
+                continue
+            block = {**block, "text": text[:left]}
+            left -= len(text)
+        blocks.append(block)
+    if notice:
+        # After the text it ends, before any tool use (the order a stream would have had).
+        last = max((i for i, b in enumerate(blocks)
+                    if isinstance(b, dict) and b.get("type") == "text"), default=-1)
+        blocks.insert(last + 1, {"type": "text", "text": notice})
+    obj["content"] = blocks
+    obj["stop_reason"] = normal_finish(kind, any(
+        isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks))
     return json.dumps(obj, ensure_ascii=False).encode()
 
 
