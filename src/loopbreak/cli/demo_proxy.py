@@ -9,7 +9,7 @@ connection, shows its notice and re-asks once with thinking off; the retried ans
 continues the same response. The closing summary takes its numbers from the
 upstream's records of both exchanges and from the proxy's own trip log.
 
-Needs the proxy extra and the ``openai`` SDK (``pip install 'loopbreak[proxy]' openai``).
+Needs the proxy extra and the ``openai`` SDK (``pip install '.[proxy,openai]'`` from a checkout).
 ``--json`` prints the same facts as one JSON object instead (:func:`run_dict`).
 """
 

@@ -37,7 +37,7 @@ turns it into an error ``ToolMessage`` the model reads.
 A custom LangGraph graph can use the same hooks: ``ToolNode(tools,
 wrap_tool_call=middleware.wrap_tool_call)``.
 
-Needs the ``langchain`` extra (``pip install 'loopbreak[langchain]'``).
+Needs the ``langchain`` extra (``pip install '.[langchain]'`` from a checkout).
 """
 
 from __future__ import annotations

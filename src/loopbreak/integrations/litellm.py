@@ -38,7 +38,7 @@ and ``LOOPBREAK_*`` variables; the config file can name the TOML file itself::
       loopbreak:
         config: /etc/loopbreak.toml
 
-Needs the ``litellm`` extra (``pip install 'loopbreak[litellm]'``).
+Needs the ``litellm`` extra (``pip install '.[litellm]'`` from a checkout).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ streams, and after a reasoning loop it re-asks once without thinking
 (``thinking_off_kwargs``) and continues the same iteration with the new answer,
 the notice shown first, as the proxy does.
 
-Needs the ``openai`` extra (``pip install 'loopbreak[openai]'``).
+Needs the ``openai`` extra (``pip install '.[openai]'`` from a checkout).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ A turn is one ``Runner.run``: use :meth:`ToolBreakerGuardrails.run` (``run_sync`
 ``run_streamed``), or call :meth:`~ToolBreakerGuardrails.start_turn` before your
 own ``Runner.run``.
 
-Needs the ``agents`` extra (``pip install 'loopbreak[agents]'``).
+Needs the ``agents`` extra (``pip install '.[agents]'`` from a checkout).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ The counts live in the capability object, in this process: give each
 conversation its own (``agent.run(..., capabilities=[ToolBreakerCapability()])``),
 and do not use it under durable execution, where tools run elsewhere.
 
-Needs the ``pydantic-ai`` extra (``pip install 'loopbreak[pydantic-ai]'``).
+Needs the ``pydantic-ai`` extra (``pip install '.[pydantic-ai]'`` from a checkout).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ The decoder and the per-stream judge here are shared with the vLLM logits
 processor (``loopbreak.integrations.vllm``). Where ``transformers`` is installed,
 importing this module imports it (the criteria subclasses its
 ``StoppingCriteria``); without it the module still imports, and making a
-criteria object asks for the extra (``pip install 'loopbreak[transformers]'``).
+criteria object asks for the extra (``pip install '.[transformers]'`` from a checkout).
 """
 
 from __future__ import annotations

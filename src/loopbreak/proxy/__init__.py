@@ -1,6 +1,6 @@
 """The HTTP proxy face: guard any OpenAI- or Anthropic-style streaming endpoint.
 
-Needs the ``proxy`` extra (``pip install 'loopbreak[proxy]'``): aiohttp talks to
+Needs the ``proxy`` extra (``pip install '.[proxy]'`` from a checkout): aiohttp talks to
 the upstream and uvicorn serves the ASGI app.
 """
 

@@ -6,7 +6,7 @@
 the upstream untouched, bodies streamed both ways. Auth and other headers pass
 through as they came. No session state is kept: any replica serves any request.
 
-The upstream client is aiohttp (``pip install 'loopbreak[proxy]'``): it holds a
+The upstream client is aiohttp (the ``proxy`` extra): it holds a
 thousand concurrent streams on two cores where pure-Python pools spend their
 time bookkeeping.
 """
