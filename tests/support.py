@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,11 +15,21 @@ from loopbreak.offline.corpus import corpus_dir
 REPO = Path(__file__).resolve().parent.parent
 
 
+REQUIRE_CORPUS_ENV = "LOOPBREAK_REQUIRE_CORPUS"
+"""Set (to anything but empty or 0): a test that needs the real corpus fails where it is absent."""
+
+
 def real_corpus() -> Path:
     """The real corpus through its one setting, $LOOPBREAK_CORPUS (default ../shared/corpus,
     taken from the repository root when relative)."""
     root = corpus_dir()
     return root if root.is_absolute() else REPO / root
+
+
+def corpus_required() -> bool:
+    """Whether an absent real corpus is a failure (``$LOOPBREAK_REQUIRE_CORPUS``, CI) rather
+    than a reason to skip."""
+    return os.environ.get(REQUIRE_CORPUS_ENV, "").strip() not in ("", "0")
 
 
 def load_fixture(corpus: Path, name: str) -> Any:

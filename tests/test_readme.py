@@ -51,3 +51,20 @@ def test_generated_parts_match_their_sources() -> None:
 def test_every_integration_doc_is_in_the_readme() -> None:
     for doc in sorted((REPO / "docs" / "integrations").glob("*.md")):
         assert doc.read_text(encoding="utf-8").rstrip() in README, doc.name
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_list_every_section_in_order() -> None:
+    prose = re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
+    headings = re.findall(r"^## (.+)$", prose, flags=re.M)
+    contents = README.split("**Contents**\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", contents, flags=re.M)
+    assert [title for title, _ in listed] == headings
+    assert [anchor for _, anchor in listed] == [_anchor(h) for h in headings]
+    links = set(re.findall(r"\]\(#([^)]+)\)", README))
+    anchors = {_anchor(h) for h in re.findall(r"^#{2,4} (.+)$", prose, flags=re.M)}
+    assert links <= anchors, sorted(links - anchors)
