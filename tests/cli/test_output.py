@@ -290,11 +290,11 @@ def test_analyze_prints_bracketed_names_as_they_are(monkeypatch: pytest.MonkeyPa
     from loopbreak.cli import analyze
 
     def unreadable(path: Path, config: object) -> tuple[list[object], str]:
-        return [], f"{path.name}: needs the [logs] extra: pip install 'loopbreak[logs]'"
+        return [], f"{path.name}: needs the [logs] extra: pip install '.[logs]'"
 
     monkeypatch.setattr(analyze, "analyze_file", unreadable)
     assert main(["analyze", str(analyze.demo_log())]) == 2
-    assert "needs the [logs] extra: pip install 'loopbreak[logs]'" in capsys.readouterr().out
+    assert "needs the [logs] extra: pip install '.[logs]'" in capsys.readouterr().out
 
 
 # --- bench verdicts ----------------------------------------------------------------------------

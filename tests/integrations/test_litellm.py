@@ -37,7 +37,7 @@ from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_ch
 # LiteLLM fetches its model cost map from the internet when imported, unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="litellm is not installed: "
-                              "pip install 'loopbreak[litellm]'")
+                              "pip install '.[litellm]'")
 from litellm.types.utils import (  # noqa: E402
     Delta,
     ModelResponseStream,

