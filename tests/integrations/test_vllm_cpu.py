@@ -249,8 +249,8 @@ def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: st
             report.append(f"  {prompt!r}: cut after {len(relayed)} of {len(plain)} chars "
                           f"({onset.rule} at {onset.at}), {seconds:.1f} s against "
                           f"{plain_s:.1f} s uncut")
-        # Not streamed: the whole answer is made (and paid for) before the proxy sees it, so
-        # an answer that holds text passes as vLLM made it, marked with the rule it tripped.
+        # Not streamed: the whole answer is made (and paid for) before the proxy sees it; the
+        # client gets it cut where the rule fired, with the notice, as a stream would end.
         plain, _, _ = _direct(vllm_server, LOOPING[0])
         raw = guarded.chat.completions.with_raw_response.create(
             model="smollm2", messages=[{"role": "user", "content": LOOPING[0]}],
@@ -258,10 +258,11 @@ def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: st
         whole = raw.parse()
         onset = loopbreak.scan(plain, channel="text")
         assert onset is not None and raw.headers.get("x-loopbreak-trip") == onset.rule
-        assert whole.choices[0].message.content == plain
-        assert whole.choices[0].finish_reason == "length"  # vLLM's own, lawful
-        report.append(f"  not streamed: {LOOPING[0]!r} passed whole ({len(plain)} chars), "
-                      f"marked x-loopbreak-trip: {onset.rule}")
+        kept, _, notice = (whole.choices[0].message.content or "").partition("\n\n[loopbreak]")
+        assert notice and plain.startswith(kept) and len(kept) == onset.at
+        assert whole.choices[0].finish_reason == "stop"
+        report.append(f"  not streamed: {LOOPING[0]!r} cut after {len(kept)} of {len(plain)} "
+                      f"chars ({onset.rule}), finish stop")
         metrics = httpx.get(proxy.url + "/metrics").text
     assert 'loopbreak_trips_total{' in metrics
     print("\n".join(report))
@@ -287,7 +288,7 @@ def _through_litellm(url: str, prompt: str, config: loopbreak.Config) -> tuple[s
     runs it: the text the client gets and its last finish reason."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch on import
     litellm = pytest.importorskip("litellm", reason="litellm is not installed: "
-                                  "pip install 'loopbreak[litellm]'")
+                                  "pip install '.[litellm]'")
     from loopbreak.integrations.litellm import LoopbreakGuard
 
     hook = LoopbreakGuard(config)
