@@ -17,10 +17,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "_recovery/": ("loopbreak._engine", "loopbreak._config", "loopbreak._errors",
                    "loopbreak._recovery"),
     "proxy/": ("loopbreak._engine", "loopbreak._config", "loopbreak._errors",
-               "loopbreak._recovery", "loopbreak.proxy"),
+               "loopbreak._extras", "loopbreak._recovery", "loopbreak.proxy"),
     "integrations/": ("loopbreak._engine", "loopbreak._config", "loopbreak._errors",
-                      "loopbreak._recovery", "loopbreak.integrations"),
+                      "loopbreak._extras", "loopbreak._recovery", "loopbreak.integrations"),
     "offline/": ("loopbreak._engine", "loopbreak._config", "loopbreak._errors",
+                 "loopbreak._extras",
                  "loopbreak._recovery", "loopbreak.offline", "loopbreak._samples",
                  "loopbreak.__version__", "loopbreak"),
 }
@@ -48,6 +49,11 @@ def test_each_layer_imports_only_what_is_below_it(layer: str) -> None:
              for path in _modules(layer) for name in _imports(path)
              if not any(name == a or name.startswith(a + ".") for a in allowed)]
     assert wrong == []
+
+
+def test_the_extras_table_stands_on_the_errors_alone() -> None:
+    # _extras sits beside _errors under every layer: it may import nothing else of loopbreak.
+    assert set(_imports(PACKAGE / "_extras.py")) <= {"loopbreak._errors"}
 
 
 def test_only_the_command_line_reaches_the_benchmarks_and_itself() -> None:

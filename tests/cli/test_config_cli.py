@@ -215,9 +215,9 @@ def test_init_without_a_path_prints_the_template(args: list[str],
 
 
 @pytest.mark.parametrize("args, message", [
-    (["config", "init", "{tmp}/no/such/dir/c.toml"], "cannot write {tmp}/no/such/dir/c.toml: "
+    (["config", "init", "{tmp}/no/such/dir/c.toml"], "{tmp}/no/such/dir/c.toml: "
                                                      "no folder {tmp}/no/such/dir"),
-    (["config", "init", "{tmp}"], "{tmp} is a folder: name the file to write"),
+    (["config", "init", "{tmp}"], "{tmp}: a folder; name the file to write"),
     (["config", "init", "--json"], "--json is not an option of 'config init'"),
     (["config", "show", "--force"], "--force is not an option of 'config show'"),
     (["config", "show", "x.toml"], "config show takes no PATH ('x.toml'): name the file to "

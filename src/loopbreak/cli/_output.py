@@ -25,7 +25,10 @@ import io
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from loopbreak._errors import InputError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -154,3 +157,12 @@ def note(message: str) -> None:
     """One line for people on stderr (not with ``-q``); ``message`` is rich markup."""
     if show_notes():
         console(stderr=True).print(message, highlight=False, soft_wrap=True)
+
+
+def check_output_file(path: Path, label: str, example: str) -> None:
+    """Refuse, before any work, a file to write that cannot be: a folder, or in a folder that
+    does not exist (``label`` names it in the message, ``example`` is a file name to suggest)."""
+    if path.is_dir():
+        raise InputError(f"{label}: a folder; name the file to write, e.g. {path / example}")
+    if not path.parent.is_dir():
+        raise InputError(f"{label}: no folder {path.parent} (create it first)")

@@ -74,17 +74,13 @@ def analyze_file(path: Path, config: Config) -> tuple[list[SessionReport], str |
 
 
 def run(args: argparse.Namespace) -> int:
+    from loopbreak.cli import _output
     from loopbreak.offline.transcripts import find_sources
 
     if args.jobs < 1:
         raise InputError(f"--jobs must be >= 1, not {args.jobs}")
     if args.html:  # checked before the analysis, which can take a while
-        html = Path(args.html)
-        if html.is_dir():
-            raise InputError(f"--html {html}: a folder; name the file to write, e.g. "
-                             f"{html / 'report.html'}")
-        if not html.parent.is_dir():
-            raise InputError(f"--html {html}: no folder {html.parent} (create it first)")
+        _output.check_output_file(Path(args.html), f"--html {args.html}", "report.html")
     config = load_config(args.config).config
     note = None
     if args.paths:

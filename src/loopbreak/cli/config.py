@@ -34,6 +34,7 @@ from loopbreak._config import (
     load_config,
 )
 from loopbreak._errors import InputError
+from loopbreak.cli import _output
 
 EXAMPLES = """\
 examples:
@@ -213,11 +214,7 @@ def _init(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     path = Path(args.path)
-    if path.is_dir():
-        raise InputError(f"{path} is a folder: name the file to write, e.g. "
-                         f"{path / 'loopbreak.toml'}")
-    if not path.parent.is_dir():
-        raise InputError(f"cannot write {path}: no folder {path.parent} (create it first)")
+    _output.check_output_file(path, str(path), "loopbreak.toml")
     if path.exists() and not args.force:
         raise InputError(f"{path} exists: pass --force to overwrite it, or name another file")
     try:
