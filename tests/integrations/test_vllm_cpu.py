@@ -198,17 +198,38 @@ def vllm_server(model_dir: Path) -> Iterator[str]:
                 server.kill()
 
 
+_ARRIVALS: list[tuple[int, float]] = []
+"""The last :func:`_stream`'s (characters so far, seconds since the request) per chunk."""
+
+
 def _stream(client: openai.OpenAI, prompt: str, **extra: Any) -> tuple[str, str | None, float]:
     """The streamed answer, its finish reason, and seconds to the last chunk."""
     started = time.perf_counter()
-    text, finish = [], None
+    text, finish, chars = [], None, 0
+    _ARRIVALS.clear()
     for chunk in client.chat.completions.create(
             model="smollm2", messages=[{"role": "user", "content": prompt}], stream=True,
             temperature=0, max_tokens=MAX_TOKENS, **extra):
         for choice in chunk.choices:
             text.append(choice.delta.content or "")
+            chars += len(text[-1])
             finish = choice.finish_reason or finish
+        _ARRIVALS.append((chars, time.perf_counter() - started))
     return "".join(text), finish, time.perf_counter() - started
+
+
+def _loop_onset(text: str, at: int, period: int) -> int:
+    """Where the loop the rule saw begins: the earliest character from which the text, up to
+    where the rule fired, repeats with the rule's period."""
+    start = at - period
+    while start > 0 and text[start - 1] == text[start - 1 + period]:
+        start -= 1
+    return start
+
+
+def _seconds_at(chars: int) -> float:
+    """When the last :func:`_stream` had relayed more than ``chars`` characters."""
+    return next(t for n, t in _ARRIVALS if n > chars)
 
 
 _DIRECT: dict[tuple[str, str], tuple[str, str | None, float]] = {}
@@ -245,10 +266,14 @@ def test_the_proxy_cuts_real_vllm_loops_and_passes_clean_answers(vllm_server: st
             relayed = notice.rstrip("\n")
             assert plain.startswith(relayed) and len(relayed) < len(plain)
             onset = loopbreak.scan(plain, channel="text")
-            assert onset is not None
-            report.append(f"  {prompt!r}: cut after {len(relayed)} of {len(plain)} chars "
-                          f"({onset.rule} at {onset.at}), {seconds:.1f} s against "
-                          f"{plain_s:.1f} s uncut")
+            assert onset is not None and onset.rule == "cycle"
+            start = _loop_onset(plain, onset.at, int(onset.evidence["period"]))
+            after = len(relayed) - start
+            assert 0 < after < len(plain) - start  # the loop reached the client, and was cut
+            report.append(f"  {prompt!r}: loop from char {start}, cut after {len(relayed)} of "
+                          f"{len(plain)} chars ({onset.rule} at {onset.at}): {after} chars and "
+                          f"{seconds - _seconds_at(start):.1f} s after the onset, finish "
+                          f"{finish}; {seconds:.1f} s against {plain_s:.1f} s uncut")
         # Not streamed: the whole answer is made (and paid for) before the proxy sees it; the
         # client gets it cut where the rule fired, with the notice, as a stream would end.
         plain, _, _ = _direct(vllm_server, LOOPING[0])
