@@ -594,7 +594,8 @@ def test_v2_a_resumed_request_is_judged_from_its_whole_output(real: bool) -> Non
 def test_v2_speculative_rows_of_a_tripped_request_all_end() -> None:
     """Under speculative decoding a request owns one logits row per draft token: every row
     of a tripped request gets end-of-sequence, the other rows are left alone."""
-    import torch
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed (pip install -e '.[test-integrations]')")
 
     engine = V2Engine()
     loop = BYTES.encode(LOOP * 2)
