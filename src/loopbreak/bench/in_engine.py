@@ -196,16 +196,21 @@ def measure_batches(settings: EngineSettings,
     return tuple(costs)
 
 
+def costs_json(costs: Sequence[StepCost], guard_key: str) -> list[dict[str, Any]]:
+    """The per-batch costs, JSON-ready; ``guard_key`` names the guard's cost per step
+    (``criteria_ms_per_step``, ``processor_ms_per_step``)."""
+    return [{"batch": c.batch, "steps": list(c.steps), guard_key: list(c.guard_ms),
+             "step_ms": list(c.step_ms), "rows_cut": list(c.rows_cut),
+             "share_of_step": c.share} for c in costs]
+
+
 def engine_dict(report: EngineReport) -> dict[str, Any]:
     """The report as one JSON-ready object (``loopbreak bench --in-engine --json``)."""
     return {
         "model": report.model,
         "settings": {"batches": list(report.settings.batches),
                      "new_tokens": report.settings.new_tokens, "runs": report.settings.runs},
-        "costs": [{"batch": c.batch, "steps": list(c.steps),
-                   "criteria_ms_per_step": list(c.guard_ms),
-                   "step_ms": list(c.step_ms), "rows_cut": list(c.rows_cut),
-                   "share_of_step": c.share} for c in report.costs],
+        "costs": costs_json(report.costs, "criteria_ms_per_step"),
         "target_ms_per_step_at_64": TARGET_MS_PER_STEP,
         "met": report.met(),
     }

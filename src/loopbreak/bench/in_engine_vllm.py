@@ -42,6 +42,7 @@ from loopbreak.bench.in_engine import (
     PROMPTS,
     EngineSettings,
     StepCost,
+    costs_json,
     measure_batches,
     smollm2_folder,
 )
@@ -271,8 +272,5 @@ def vllm_dict(report: VllmReport) -> dict[str, Any]:
         "device": report.device,
         "settings": {"batches": list(report.settings.batches),
                      "new_tokens": report.settings.new_tokens, "runs": report.settings.runs},
-        "costs": [{"batch": c.batch, "steps": list(c.steps),
-                   "processor_ms_per_step": list(c.guard_ms),
-                   "step_ms": list(c.step_ms), "rows_cut": list(c.rows_cut),
-                   "share_of_step": c.share} for c in report.costs],
+        "costs": costs_json(report.costs, "processor_ms_per_step"),
     }

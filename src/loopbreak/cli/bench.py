@@ -48,6 +48,9 @@ from loopbreak.bench.throughput import (
 )
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from loopbreak.bench.in_engine import StepCost
     from loopbreak.bench.proxy import Latency, Phase, ProxyBenchReport, ProxyBenchSettings
 
 DEFAULT = BenchSettings()
@@ -304,13 +307,10 @@ def _run_adversarial(args: argparse.Namespace) -> int:
 def _run_in_engine(args: argparse.Namespace) -> int:
     if getattr(args, "engine", None) == "vllm":
         return _run_in_engine_vllm(args)
-    from rich.table import Table
-
     from loopbreak.bench.in_engine import QUICK as ENGINE_QUICK
     from loopbreak.bench.in_engine import (
         TARGET_MS_PER_STEP,
         EngineSettings,
-        costs_text,
         engine_dict,
         run_engine_bench,
     )
@@ -326,14 +326,9 @@ def _run_in_engine(args: argparse.Namespace) -> int:
         data["verdict"] = None if verdict is None else verdict.as_json()
         return _print_json(data)
     console = _output.console()
-    table = Table(title=f"In-engine: transformers stopping criteria, {report.model}, "
-                        f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
-                  title_justify="left")
-    for name in ("batch", "criteria ms/step", "step ms", "share", "rows cut"):
-        table.add_column(name, justify="right")
-    for row in costs_text(report.costs):
-        table.add_row(*row)
-    console.print(table)
+    console.print(_costs_table(f"In-engine: transformers stopping criteria, {report.model}, "
+                               f"{settings.new_tokens} new tokens, {settings.runs} runs "
+                               "(ranges)", "criteria ms/step", report.costs))
     if verdict is not None:
         at_64 = next(c for c in report.costs if c.batch == 64)
         console.print(f"  {verdict.mark}  criteria ≤ {TARGET_MS_PER_STEP:g} ms per step at "
@@ -345,12 +340,9 @@ def _run_in_engine(args: argparse.Namespace) -> int:
 def _run_in_engine_vllm(args: argparse.Namespace) -> int:
     import os
 
-    from rich.table import Table
-
     # vLLM logs to stdout unless told otherwise (set before it is imported): keep stdout for
     # the table or the JSON.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from loopbreak.bench.in_engine import costs_text
     from loopbreak.bench.in_engine_vllm import DEFAULT as VLLM_DEFAULT
     from loopbreak.bench.in_engine_vllm import QUICK as VLLM_QUICK
     from loopbreak.bench.in_engine_vllm import run_vllm_bench, vllm_dict
@@ -361,16 +353,25 @@ def _run_in_engine_vllm(args: argparse.Namespace) -> int:
         report = run_vllm_bench(settings, on_progress=on_progress)
     if args.json:
         return _print_json(vllm_dict(report))
-    table = Table(title=f"In-engine: vLLM logits processor ({report.vllm}, {report.runner} "
-                        f"model runner, {report.device}), {report.model}, "
-                        f"{settings.new_tokens} new tokens, {settings.runs} runs (ranges)",
-                  title_justify="left")
-    for name in ("batch", "processor ms/step", "step ms", "share", "rows cut"):
-        table.add_column(name, justify="right")
-    for row in costs_text(report.costs):
-        table.add_row(*row)
-    _output.console().print(table)
+    _output.console().print(_costs_table(
+        f"In-engine: vLLM logits processor ({report.vllm}, {report.runner} model runner, "
+        f"{report.device}), {report.model}, {settings.new_tokens} new tokens, "
+        f"{settings.runs} runs (ranges)", "processor ms/step", report.costs))
     return 0
+
+
+def _costs_table(title: str, guard_column: str, costs: Sequence[StepCost]) -> Table:
+    """The in-engine table: per batch size, the guard's cost per step beside the step's."""
+    from rich.table import Table
+
+    from loopbreak.bench.in_engine import costs_text
+
+    table = Table(title=title, title_justify="left")
+    for name in ("batch", guard_column, "step ms", "share", "rows cut"):
+        table.add_column(name, justify="right")
+    for row in costs_text(costs):
+        table.add_row(*row)
+    return table
 
 
 def run(args: argparse.Namespace) -> int:
