@@ -517,7 +517,8 @@ class ProxyConfig(_Section):
                                   low=0.1, high=600.0)
     idle_timeout: float = _key(300.0, "Seconds the upstream may send nothing (504, or a lawful "
                                "error mid-stream).", low=1.0, high=86400.0)
-    reload_seconds: float = _key(2.0, "How often the config file is checked for changes.",
+    reload_seconds: float = _key(2.0, "How often the config file is checked for changes; a change "
+                                 "applies once it has held still for one check.",
                                  low=0.1, high=3600.0)
 
 
@@ -712,12 +713,14 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    content: bytes | None = None,
 ) -> LoadedConfig:
     """Defaults, then the TOML file, then ``LOOPBREAK_*`` variables, then ``overrides``.
 
     ``path`` defaults to ``$LOOPBREAK_CONFIG`` when set; a named file that is
     missing is an error, as is any unknown key or bad value (one line, naming the
-    key, what it accepts and where the value came from).
+    key, what it accepts and where the value came from). ``content``, when given, is the
+    file's bytes already read (a reload judges exactly the bytes it checked).
     """
     environ = os.environ if env is None else env
     values: dict[str, tuple[Any, str]] = {}
@@ -729,7 +732,7 @@ def load_config(
     if path is not None:
         file_path = Path(path)
         try:
-            raw = file_path.read_bytes()
+            raw = file_path.read_bytes() if content is None else content
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {file_path} ({named_by}`loopbreak config "
                               f"init {shlex.quote(str(file_path))}` writes one)") from None

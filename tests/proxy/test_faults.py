@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
@@ -170,21 +171,32 @@ def test_health_and_metrics(upstream: ScriptedUpstream, proxy: ProxyServer) -> N
     assert "loopbreak_streams_active 0" in metrics
 
 
+def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.02)
+
+
 def test_config_file_is_reloaded_without_restart(upstream: ScriptedUpstream,
-                                                 proxy_for: ProxyFactory, tmp_path: Path) -> None:
+                                                 proxy_for: ProxyFactory, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "loopbreak.toml"
     path.write_text('[recovery]\non_trip = "stop"\n\n[proxy]\nreload_seconds = 0.1\n')
     proxy = proxy_for(config_path=str(path))
+    source = proxy.app.source
     loop = Script.openai(reasoning=verbatim_loop().text, piece_chars=16)
     upstream.enqueue(loop)
     assert _stream_text(proxy).startswith("[loopbreak]") and len(upstream.requests) == 1
     path.write_text('[recovery]\non_trip = "error"\n\n[proxy]\nreload_seconds = 0.1\n')
-    time.sleep(0.3)
+    _wait_for(lambda: source.config.recovery.on_trip == "error", "the edit applied")
     upstream.enqueue(loop)
     with pytest.raises(openai.APIError, match="loopbreak cut"):
         _stream_text(proxy)
-    path.write_text('[recovery]\non_trip = "bogus"\n')  # rejected: the last good one stays
-    time.sleep(0.3)
+    with caplog.at_level("ERROR", logger="loopbreak.proxy"):
+        path.write_text('[recovery]\non_trip = "bogus"\n')  # rejected: the last good one stays
+        _wait_for(lambda: "config-rejected" in caplog.text, "the bad edit reported")
+    assert "bogus" in caplog.text
     upstream.enqueue(loop)
     with pytest.raises(openai.APIError, match="loopbreak cut"):
         _stream_text(proxy)
@@ -243,18 +255,33 @@ def test_concurrent_streams_stay_separate(upstream: ScriptedUpstream, proxy: Pro
 
 def test_a_rewrite_within_one_time_stamp_is_still_read(tmp_path: Path) -> None:
     """An editor that truncates and then writes can leave both versions with one
-    modification time: the check must not stop at the empty one."""
+    modification time: the check must not stop at the empty one, nor apply it."""
     from loopbreak.proxy.app import ConfigSource
 
     path = tmp_path / "loopbreak.toml"
     path.write_text('[recovery]\non_trip = "stop"\n')
     stamp = path.stat().st_mtime_ns
     source = ConfigSource(str(path))
-    path.write_text("")
+    path.write_text("")  # caught half-way through a rewrite
     os.utime(path, ns=(stamp, stamp))
     source.check()
-    assert source.config.recovery.on_trip == "retry"  # the empty file is valid: defaults
+    assert source.config.recovery.on_trip == "stop"  # not the defaults an empty file means
     path.write_text('[recovery]\non_trip = "error"\n')
     os.utime(path, ns=(stamp, stamp))
     source.check()
+    assert source.config.recovery.on_trip == "stop"  # changed since the last check: wait
+    source.check()
     assert source.config.recovery.on_trip == "error"
+
+
+def test_a_file_emptied_on_purpose_brings_back_the_defaults(tmp_path: Path) -> None:
+    from loopbreak.proxy.app import ConfigSource
+
+    path = tmp_path / "loopbreak.toml"
+    path.write_text('[recovery]\non_trip = "stop"\n')
+    source = ConfigSource(str(path))
+    path.write_text("")
+    source.check()
+    assert source.config.recovery.on_trip == "stop"
+    source.check()
+    assert source.config.recovery.on_trip == "retry"

@@ -88,7 +88,12 @@ class ConfigSource:
     """The configuration, re-read when its file changes. The proxy checks the file every
     ``proxy.reload_seconds`` in the background (:meth:`check`), so a broken edit or a
     deleted file is reported when it happens, not at the next request; the last good
-    configuration stays in force until a valid file replaces it."""
+    configuration stays in force until a valid file replaces it.
+
+    A change is applied once two checks in a row read the same bytes: an editor or a
+    script that truncates and then writes leaves an empty or half-written file for a
+    moment, and that moment must not become the configuration in force (an empty file
+    is valid TOML, so it would silently bring back every default)."""
 
     def __init__(self, path: str | None, config: Config | None = None,
                  proxy: ProxyConfig | None = None) -> None:
@@ -98,19 +103,20 @@ class ConfigSource:
         self.config = config or (loaded.config if loaded else Config())
         self.proxy = proxy or (loaded.proxy if loaded else ProxyConfig())
         self._content = self._read()
+        self._pending: bytes | None = None
         self._missing = False
 
     def _read(self) -> bytes | None:
-        # The content, not the modification time, says whether the file changed: an editor
-        # that truncates and then writes can leave two versions with one time stamp, and the
-        # check must not stop at the empty one. A configuration file is a few hundred bytes.
+        # The content, not the modification time, says whether the file changed: two
+        # versions can share one time stamp. A configuration file is a few hundred bytes.
         try:
             return self.path.read_bytes() if self.path else None
         except OSError:
             return None
 
     def check(self) -> None:
-        """Re-read the file if it changed; report a file that broke or went away (once)."""
+        """Re-read the file; apply a change once it has held still for one check, and
+        report a file that broke or went away (once)."""
         if self.path is None:
             return
         content = self._read()
@@ -123,10 +129,14 @@ class ConfigSource:
             return
         self._missing = False
         if content == self._content:
+            self._pending = None
             return
-        self._content = content
+        if content != self._pending:
+            self._pending = content
+            return
+        self._content, self._pending = content, None
         try:
-            loaded = load_config(self.path)
+            loaded = load_config(self.path, content=content)
             self.config, self.proxy = loaded.config, loaded.proxy
             log_event("config-reloaded", logging.INFO, path=str(self.path))
         except ConfigError as exc:
