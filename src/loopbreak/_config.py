@@ -210,10 +210,21 @@ class CycleConfig(_Section):
                                      "whole copies: an answer prints a heading or an item "
                                      "twice and moves on, a trace pastes a passage twice.",
                                 low=0, high=65536)
-    two_copies_reasoning: int = _key(512, "In reasoning, units up to this long are cut after two "
-                                          "whole copies, as the seed's DeepSeek loops were "
-                                          "(periods 89-409); 0 asks the third copy of all.",
+    three_copies_reasoning: int = _key(256, "In reasoning, a unit whose three whole copies "
+                                            "fit in min_span_reasoning is cut after three "
+                                            "copies, once this much repeats: a short unit "
+                                            "then lands within two copies and 128 characters "
+                                            "of its start. 0 turns it off.",
+                                       low=0, high=65536)
+    two_copies_reasoning: int = _key(192, "In reasoning, units up to this long are cut after two "
+                                          "whole copies, as the seed's DeepSeek loops were; "
+                                          "0 asks the third copy of all. 208 cuts a Qwen3 "
+                                          "answer that restates two lines once.",
                                      low=0, high=4096)
+    two_copies_pool_reasoning: int = _key(512, "... and units up to this long that are a pool of "
+                                               "their own lines (OK. / Output. / Go. over and "
+                                               "over: the seed's 235-character DeepSeek loop).",
+                                          low=0, high=4096)
 
 
 @dataclass(frozen=True)

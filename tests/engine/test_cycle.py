@@ -13,13 +13,31 @@ from loopbreak._engine.shape import unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
 
 
-def brute_force(text: str, cfg: CycleConfig, min_span: int) -> tuple[int, int] | None:
+def _pool(unit: str) -> bool:
+    """The unit's lines read round the cycle: four or more, each twice on average."""
+    if "\n" not in unit:
+        return False
+    k = unit.index("\n") + 1
+    lines = [x.strip() for x in (unit[k:] + unit[:k]).split("\n") if x.strip()]
+    return len(lines) >= 4 and 2 * len(set(lines)) <= len(lines)
+
+
+def brute_force(text: str, cfg: CycleConfig, min_span: int,
+                channel: str = "text") -> tuple[int, int] | None:
     """The rule as SPEC states it, recomputed from scratch at every character."""
+    reasoning = channel == "reasoning"
     for m in range(1, len(text) + 1):
         for p in range(1, cfg.max_period + 1):
             unit = text[m - p : m]
-            span = max(cfg.min_span_code if unit_looks_like_code(unit) else min_span,
-                       2 * p + cfg.past_two_copies)
+            two = reasoning and (p <= cfg.two_copies_reasoning
+                                 or (p <= cfg.two_copies_pool_reasoning and _pool(unit)))
+            copies = 2 * p + (0 if two else cfg.past_two_copies)
+            least = min_span
+            if reasoning and cfg.three_copies_reasoning:
+                # three whole copies suffice once three_copies_reasoning repeats
+                least = max(min(cfg.three_copies_reasoning, min_span), min(min_span, 3 * p))
+            span = max(max(cfg.min_span_code, min_span) if unit_looks_like_code(unit)
+                       else least, copies)
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p
@@ -50,6 +68,37 @@ def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
         trip, _ = feed_pieces(CycleDetector(cfg, "text"), pieces)
         got = None if trip is None else (trip.at, trip.evidence["period"])
         assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reasoning_spans_match_brute_force_at_every_split(seed: int) -> None:
+    # Reasoning asks two copies of a short unit, three copies once three_copies_reasoning
+    # repeats, and min_span_reasoning of the rest: each at the same character at any split.
+    rng = random.Random(1000 + seed)
+    text = _random_text(rng)
+    cfg = CycleConfig(max_period=rng.choice([8, 30, 64]),
+                      min_span_reasoning=rng.choice([48, 64, 96]),
+                      three_copies_reasoning=rng.choice([0, 16, 33, 200]),
+                      two_copies_reasoning=rng.choice([0, 10, 40]),
+                      two_copies_pool_reasoning=rng.choice([0, 30, 64]),
+                      min_span_code=rng.choice([64, 100]))
+    expected = brute_force(text, cfg, cfg.min_span_reasoning, "reasoning")
+    for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
+                   split_random(text, rng)):
+        trip, _ = feed_pieces(CycleDetector(cfg, "reasoning"), pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+def test_a_short_reasoning_unit_is_cut_after_three_copies() -> None:
+    unit = "Wait, the total is 15x + 3755, so x is 40.\n"  # 43 characters
+    text = "Let me solve it step by step: " + unit * 12
+    trip = first_trip(CycleDetector(CycleConfig(), "reasoning"), text, 4)
+    assert trip is not None and trip.evidence["period"] == len(unit)
+    onset = len("Let me solve it step by step: ")
+    assert trip.at - onset == 256  # three copies (129) are in by then: the span decides
+    off = first_trip(CycleDetector(CycleConfig(three_copies_reasoning=0), "reasoning"), text, 4)
+    assert off is not None and off.at - onset == 384
 
 
 def _rejected_then_loop(rng: random.Random) -> str:
@@ -143,12 +192,20 @@ def test_cycle_memory_stays_bounded() -> None:
     "# Peyo Yavorov\n",
     "[Your Name]\n[University Name]\n[Address]\n",
     "- See the notes (above) for the reason: it holds.\n",
+    # word-problem arithmetic (Qwen3 GSM8K loops): calculator notes, = and $ before numbers
+    "She can run 12 * 6 = <<12*6=72>>72 miles in six hours.\n",
+    "a total of 3*35 = $<<3*35=105>>105 in missed income.\n",
+    "The 10 cheerleaders are 64/10 = 6.4 feet tall\n",
+    # symbols alone are a flood, not code
+    "]{'",
+    "*-+-*",
 ])
 def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
     from loopbreak._engine.shape import unit_looks_like_code
 
     assert not unit_looks_like_code(unit)
-    text = "Some honest work first, then the model repeats itself.\n" + unit * 60
+    lead = "Some honest work first, then the model repeats itself.\n"
+    text = lead + unit * max(60, 600 // len(unit))
     trip = first_trip(CycleDetector(channel="text"), text)
     assert trip is not None and trip.evidence["code"] is False
     assert trip.at - 56 <= max(256, 2 * len(unit) + CycleConfig().past_two_copies) + 1
@@ -157,6 +214,8 @@ def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
 @pytest.mark.parametrize("code", [
     "x = foo(a, b)\n", "self.check(a, b)\n", "    return x\n", '"key": 1, ', "'a', 'b', ",
     "<|im_end|>\n<|im_start|>",
+    "x = 5\ny = 6\n", "a[0] = 1; b[1] = 2\n", "assert 1 == 1\nassert 2 >= 1\n",
+    "|          |          |\n",
 ])
 def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
@@ -164,7 +223,7 @@ def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     assert unit_looks_like_code(code) and looks_like_code(code + code)
 
 
-@given(st.text(alphabet="ab :*'\n[](=", min_size=1, max_size=30), st.integers(0, 29))
+@given(st.text(alphabet="ab :*'\n[](=<>$1|", min_size=1, max_size=30), st.integers(0, 29))
 def test_a_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
     from loopbreak._engine.shape import unit_looks_like_code
 
@@ -186,13 +245,29 @@ def test_periods_up_to_4096_are_cut_after_two_copies_and_a_bit() -> None:
 
 
 def test_two_copies_and_a_turn_are_not_a_loop_in_an_answer() -> None:
-    # A sentence said twice, started a third time and turned 100 characters in: the answer
-    # waits for 128 characters of the third copy. Reasoning cuts a unit this short after
-    # two copies (as the seed's DeepSeek loops were cut), so a real Qwen3 trace like it is.
+    # A sentence said twice, started a third time and turned 100 characters in (a real
+    # Qwen3 trace did this and finished): both channels wait for 128 characters of the third
+    # copy of a 212-character unit. Two copies suffice in reasoning only up to 192
+    # characters, or for a pool of lines.
     sentence = ("Alternatively, maybe the reagent is used in the fixation process, and when "
                 "combined with the other one, it is causing the DNA to be more accessible, "
                 "leading to the peaks being lost. But that is not possible. \n\n")
     turn = sentence[:100] + "fragmented instead, so the peaks move to other regions. " * 4
     text = "Let me think about the options.\n\n" + sentence * 2 + turn
     assert first_trip(CycleDetector(channel="text"), text) is None
-    assert first_trip(CycleDetector(), text) is not None
+    assert first_trip(CycleDetector(), text) is None
+    assert first_trip(CycleDetector(CycleConfig(two_copies_reasoning=256)), text) is not None
+
+
+def test_a_pool_of_short_lines_is_cut_after_two_copies_in_reasoning() -> None:
+    # The seed's DeepSeek stall: a 235-character round of OK. / Output. / Go. lines.
+    unit = "OK.\n\nOutput.\n\nLet me write.\n\nGo.\n\nNow.\n\n" * 5 + "Write it out.\n\n"
+    assert len(unit) > CycleConfig().two_copies_reasoning
+    text = "The plan is settled; time to answer the user.\n\n" + unit * 4
+    trip = first_trip(CycleDetector(), text, 4)
+    assert trip is not None and trip.evidence["period"] == len(unit)
+    onset = text.index("OK.")
+    assert trip.at - onset <= 2 * len(unit) + 1
+    no_pool = CycleDetector(CycleConfig(two_copies_pool_reasoning=0))
+    later = first_trip(no_pool, text, 4)
+    assert later is not None and later.at > trip.at

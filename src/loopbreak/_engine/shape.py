@@ -17,7 +17,11 @@ space with no code inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8]``).
 Measured on the development corpus, a third of the real loops the older gate
 sent to the long code span were prose (``I'm not sure.``, a heading, a letter
 template). Full-width CJK punctuation is not a code symbol, so CJK prose loops
-stay prose.
+stay prose. Nor is word-problem arithmetic code: a calculator note
+(``<<12*6=72>>``) or an ``=`` or ``$`` before a number made 69 of the 194 Qwen3
+GSM8K reasoning loops "code" and put them past their latency budget (measured
+2026-12-02; no clean stream and no standard-library file trips for it). A unit of
+symbols alone (``]{'``) is a flood, not code, unless it draws a table (``|``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ _CODE_SYMBOLS = re.compile(
 # ``foo(a)`` and ``x[0]`` open right after a word and stay code.
 _INSIDE = r"[^()\[\]{}=<>;|\\\n]{0,120}"
 _PROSE_BRACKETS = re.compile(rf"(?:(?<=\s)|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
+# Arithmetic as word problems write it: a calculator note (``<<12*6=72>>``, the GSM8K
+# format small reasoning models learned) and an equals sign or a dollar sign before a
+# number (``3 * 6 = 18``, ``3*35 = $105``). ``x = 5``, ``a[0] = 1`` and ``1 == 1`` stay code.
+_PROSE_MATH = re.compile(r"<<[\d.,+\-*/() ]{1,60}=[\d.,\-]{1,30}>>"
+                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)")
 # A line indented by two or more spaces or a tab, unless it is a list item.
 _INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")
@@ -59,8 +68,12 @@ def unit_looks_like_code(unit: str) -> bool:
     with as much of the cycle before and after it as any pattern here looks at."""
     if not unit:
         return False
+    if "|" not in unit and not any(c.isalnum() for c in unit):
+        # Symbols alone (``]{'``, ``*-*``) are a flood or a rule line, not code; blank
+        # table rows (``|    |    |``) stay with code and data.
+        return False
     side = -(-_CONTEXT_CHARS // len(unit))
-    text = unit * (2 * side + 1)
+    text = _without_prose_math(unit * (2 * side + 1))
     lo = side * len(unit)
     hi = lo + len(unit)
     if any(lo <= m.start() < hi for m in _INDENTED_LINE.finditer(text)):
@@ -70,6 +83,18 @@ def unit_looks_like_code(unit: str) -> bool:
         return False
     pairs = sum(1 for m in _PROSE_BRACKETS.finditer(text) if lo <= m.start() < hi)
     return _enough_symbols(symbols - 2 * pairs, unit)
+
+
+def repeats_its_lines(unit: str) -> bool:
+    """Whether a repeating unit is a pool of a few lines said over and over (``OK.``
+    ``Output.`` ``Go.``): at least four lines, each said twice on average. Judged on the
+    unit's lines as a cycle, so every rotation of it gets the same answer."""
+    first = unit.find("\n")
+    if first < 0:
+        return False
+    lines = [line.strip() for line in (unit[first + 1 :] + unit[: first + 1]).split("\n")]
+    lines = [line for line in lines if line]
+    return len(lines) >= 4 and 2 * len(set(lines)) <= len(lines)
 
 
 def is_table_row(line: str) -> bool:
@@ -86,10 +111,18 @@ def looks_like_code(text: str) -> bool:
     """
     if _INDENTED_LINE.search(text):
         return True
+    text = _without_prose_math(text)
     symbols = len(_CODE_SYMBOLS.findall(text))
     if not symbols:
         return False
     return _enough_symbols(symbols - 2 * len(_PROSE_BRACKETS.findall(text)), text)
+
+
+def _without_prose_math(text: str) -> str:
+    """``text`` with its word-problem arithmetic read as digits (same length, same lines)."""
+    if "=" not in text and "$" not in text:
+        return text
+    return _PROSE_MATH.sub(lambda m: "0" * len(m.group()), text)
 
 
 def _enough_symbols(symbols: int, text: str) -> bool:

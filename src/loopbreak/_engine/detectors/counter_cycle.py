@@ -113,7 +113,8 @@ class CounterCycleDetector(CycleDetector):
         cfg = config or CounterCycleConfig()
         span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._copies = cfg.min_copies  # read by the span the base class sizes its buffer for
-        super().__init__(cycle, channel, min_span=span, max_period=cfg.max_period)
+        super().__init__(cycle, channel, min_span=span, max_period=cfg.max_period,
+                         three_copies_span=0)
         self._min_word_share = cfg.min_word_share
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose
@@ -132,7 +133,7 @@ class CounterCycleDetector(CycleDetector):
         self._drop_total.clear()
         self._dropped = self._forgotten = 0
 
-    def _two_copies(self, period: int) -> int:
+    def _two_copies(self, period: int, pool: bool = True) -> int:
         # A counted template must show more copies than cycle asks of a verbatim unit.
         return self._copies * period + self._past_two
 

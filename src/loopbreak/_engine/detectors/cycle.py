@@ -7,7 +7,10 @@ stream: there is a period ``p <= max_period`` such that the last
 ``max(min_span, 2p + past_two_copies)`` characters repeat with period ``p`` (two
 whole copies and the start of a third: an answer prints a heading or an item
 twice and moves on; in reasoning a unit up to ``two_copies_reasoning`` needs
-only its two copies, as the seed's DeepSeek loops were cut), and the unit has at least
+only its two copies, as the seed's DeepSeek loops were cut, and so does a unit up to
+``two_copies_pool_reasoning`` that is a pool of its own lines; a reasoning unit
+whose three copies fit in ``min_span`` needs only them and ``three_copies_reasoning``
+characters), and the unit has at least
 ``min_distinct`` distinct characters (so ``====`` and ``────`` rules do not
 count). The evidence names the smallest such period. A unit shaped like code
 or data (``shape.unit_looks_like_code``) must repeat over ``min_span_code`` instead:
@@ -39,10 +42,19 @@ the brute-force tests check them at every split).
 Measured 2026-12-01 (``loopbreak calibrate``; 1,344 real loops, 25,800 clean
 streams): raising the cap from 512 to 4,096 cuts 40 more loops and trips no
 clean stream; a code span of 1,024 trips CPython's ``test_email``, 1,280 is the
-first clean (1,536 keeps a margin). In reasoning two whole copies of a unit up
-to 512 suffice, which keeps every cut of the seed's DeepSeek loops; it also cuts
-a real Qwen3 trace that restates a 212-character option twice and starts it a
-third time (asking 192 more would spare it, and cut the DeepSeek loops later).
+first clean (1,536 keeps a margin).
+
+Measured 2026-12-02 (1,355 loops, 25,818 clean streams): a reasoning span of 384
+put most short-unit Qwen3 loops past their budget (two copies and 128 characters):
+cutting after three copies once 256 characters repeat brings 37 of the 194 Qwen3
+GSM8K loops within it to 172, every DeepSeek cut of the seed earlier or the same,
+and trips nothing clean (256 for every unit trips Qwen3 answers that state a
+line twice). Two copies of any unit up to 512 cut a Qwen3 answer that restated
+two 104-character lines once (period 208) and a trace that restated a
+212-character option; up to 192, or 512 for a pool of lines (the seed's
+235-character ``OK.`` / ``Output.`` round), spares both and keeps every DeepSeek
+cut; one Qwen3 paraphrase loop that cycle once caught 5,400 characters late
+is left to the other rules.
 """
 
 from __future__ import annotations
@@ -51,11 +63,13 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
-from loopbreak._engine.shape import unit_looks_like_code
+from loopbreak._engine.shape import repeats_its_lines, unit_looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 CYCLE = "cycle"
 _ANCHOR_CHARS = 32
+# _least_run by setting (a handful per process: the channels, the counter variant).
+_LEAST_RUN: dict[tuple[object, ...], int] = {}
 
 
 def _match_run_back(buf: str, end: int, period: int, cap: int) -> int:
@@ -82,7 +96,8 @@ class CycleDetector:
     rule = CYCLE
 
     def __init__(self, config: CycleConfig | None = None, channel: Channel = "reasoning",
-                 min_span: int | None = None, max_period: int | None = None) -> None:
+                 min_span: int | None = None, max_period: int | None = None,
+                 three_copies_span: int | None = None) -> None:
         cfg = config or CycleConfig()
         self._channel: Channel = channel
         self._max_period = cfg.max_period if max_period is None else min(cfg.max_period,
@@ -92,16 +107,28 @@ class CycleDetector:
         self._accepts: Callable[[str], bool] = self._distinct_enough
         if min_span is None:
             min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
-        self._min_span = min_span
+        if three_copies_span is None:
+            three_copies_span = cfg.three_copies_reasoning if channel == "reasoning" else 0
+        # A unit whose three copies fit in min_span needs only them (and three_copies_span).
+        self._three_copies = min(three_copies_span, min_span) if three_copies_span else 0
+        self._span_cap = min_span
         self._min_span_code = max(min_span, cfg.min_span_code)
+        # The least any unit needs: the anchor search below is sized for it.
+        min_span = self._three_copies or min_span
+        self._min_span = min_span
         self._past_two = cfg.past_two_copies
         self._two_only = cfg.two_copies_reasoning if channel == "reasoning" else 0
+        self._two_only_pool = (max(self._two_only, cfg.two_copies_pool_reasoning)
+                               if channel == "reasoning" else 0)
         # Every qualifying window ends in a run of matches at least this long.
-        self._half = (min_span + 1) // 2
+        self._half = self._least_run()
         self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
         # A step this short keeps the anchor inside every window ending in it.
         self._step = self._half - self._anchor + 1
-        self._keep = (max(self._min_span_code, self._two_copies(self._max_period))
+        # The least run a unit of each period needs and the most any run is measured to,
+        # worked out when the period first comes up.
+        self._needs: dict[int, tuple[int, int]] = {}
+        self._keep = (max(self._min_span_code, self._two_copies(self._max_period, pool=False))
                       + self._step + self._anchor + 1)
         self._buf = ""
         self._base = 0
@@ -126,10 +153,50 @@ class CycleDetector:
     def consumed(self) -> int:
         return self._consumed
 
-    def _two_copies(self, period: int) -> int:
+    def _least_run(self) -> int:
+        """The shortest run of matches any qualifying window ends in: its span less its
+        period, at least. The longer it is, the longer a batch that one anchor serves
+        (three copies of a short unit hold a run of two: more than half the span). Worked
+        out once per setting and kept: a guard is built for every call."""
+        key = (type(self), self._span_cap, self._three_copies, self._two_only,
+               self._two_only_pool, self._past_two, self._max_period,
+               self._two_copies(1), self._two_copies(2))
+        least = _LEAST_RUN.get(key)
+        if least is None:
+            least = min((self._span(p) - p for p in range(1, self._max_period + 1)),
+                        default=(self._min_span + 1) // 2)
+            least = max(1, min(least, self._min_span))
+            if len(_LEAST_RUN) < 64:
+                _LEAST_RUN[key] = least
+        return least
+
+    def _two_copies(self, period: int, pool: bool = True) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
-        the start of a third (in reasoning, two copies of a unit up to ``_two_only``)."""
-        return 2 * period + (0 if period <= self._two_only else self._past_two)
+        the start of a third (in reasoning, two copies of a unit up to ``_two_only``, or up
+        to ``_two_only_pool`` when the unit is a pool of its own lines)."""
+        two = period <= self._two_only or (pool and period <= self._two_only_pool)
+        return 2 * period + (0 if two else self._past_two)
+
+    def _code_span(self, period: int) -> int:
+        """The tail that must repeat with ``period`` for a unit shaped like code."""
+        return max(self._min_span_code, self._two_copies(period))
+
+    def _span(self, period: int, pool: bool = True) -> int:
+        """The tail that must repeat with ``period`` (a unit not shaped like code); with
+        ``pool``, the least any unit of that period needs."""
+        least = self._span_cap
+        if self._three_copies:
+            least = max(self._three_copies, min(least, 3 * period))
+        return max(least, self._two_copies(period, pool))
+
+    def _unit_span(self, unit: str) -> int:
+        """The tail that must repeat for this unit, by its shape (the same for every
+        rotation of it)."""
+        period = len(unit)
+        if unit_looks_like_code(unit):
+            return self._code_span(period)
+        pool = self._two_only < period <= self._two_only_pool and repeats_its_lines(unit)
+        return self._span(period, pool)
 
     def _reading(self, delta: str) -> str:
         """The text the periods are found in (a variant reads the stream through a map)."""
@@ -176,8 +243,7 @@ class CycleDetector:
                 unit = self._buf[at - self._base - period : at - self._base]
                 at = self._original(at)
                 code = unit_looks_like_code(unit)
-                span = max(self._min_span_code if code else self._min_span,
-                           self._two_copies(period))
+                span = self._unit_span(unit)
                 return Trip(self.rule, self._channel, self._consumed, at, {
                     "period": period,
                     "span": span,
@@ -271,11 +337,15 @@ class CycleDetector:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies, and how far
         the period vouches for its multiples in this step: they cannot qualify anywhere in
         it up to that length (0: no such promise)."""
-        need = max(self._min_span, self._two_copies(period)) - period
-        need_code = max(self._min_span_code, self._two_copies(period)) - period
-        # Runs are measured up to the longest period too, so a rejected unit can vouch for
-        # its multiples.
-        cap = max(need_code, self._max_period)
+        needs = self._needs.get(period)
+        if needs is None:
+            # Runs are measured up to the longest period too, so a rejected unit can vouch
+            # for its multiples.
+            needs = self._needs[period] = (
+                self._span(period) - period,
+                max(self._code_span(period) - period,
+                    self._span(period, pool=False) - period, self._max_period))
+        need, cap = needs
         buf, base = self._buf, self._base
         lo, hi = n0 - base, n1 - base
         run = self._runs.get(period)
@@ -306,8 +376,9 @@ class CycleDetector:
             if not self._accepts(unit):
                 self._rejected[period] = at
                 return None, vouched
-            if unit_looks_like_code(unit):
-                at = max(n0 + 1, n0 + need_code - run, need_code + period)
+            unit_need = self._unit_span(unit) - period
+            if unit_need != need:
+                at = max(n0 + 1, n0 + unit_need - run, unit_need + period)
             return (at if at <= n1 else None), 0
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need: int | None = None
@@ -328,7 +399,7 @@ class CycleDetector:
                     if not self._accepts(unit):
                         self._rejected[period] = m + base
                         return None, 0
-                    shape_need = need_code if unit_looks_like_code(unit) else need
+                    shape_need = self._unit_span(unit) - period
                 if run >= shape_need and m + base >= shape_need + period:
                     return m + base, 0
         return None, 0
