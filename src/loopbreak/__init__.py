@@ -5,6 +5,7 @@ The only public door: everything a user or an adapter needs is re-exported here.
 
 from loopbreak._config import (
     BlockRepeatConfig,
+    CharFloodConfig,
     CharRunConfig,
     Config,
     ControlTokensConfig,
@@ -28,6 +29,7 @@ from loopbreak._engine.call_guard import CallGuard, CallSummary, ChannelGuard, b
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
     CharCapDetector,
+    CharFloodDetector,
     CharRunDetector,
     ControlTokensDetector,
     CounterCycleDetector,
@@ -66,6 +68,8 @@ __all__ = [
     "Channel",
     "ChannelGuard",
     "CharCapDetector",
+    "CharFloodConfig",
+    "CharFloodDetector",
     "CharRunConfig",
     "CharRunDetector",
     "Config",

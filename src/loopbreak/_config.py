@@ -320,6 +320,19 @@ class CharRunConfig(_Section):
 
 
 @dataclass(frozen=True)
+class CharFloodConfig(_Section):
+    """char-flood: one character fills block after block, its runs broken by a little else."""
+
+    enabled: bool = _key(True, "Cut floods of one letter, digit or symbol broken by leaked "
+                               "tokens or line breaks (るる<unk>るる, a column of 1s).")
+    block_chars: int = _key(64, "Block size.", low=8, high=4096)
+    min_share: float = _key(0.85, "Share of a block's non-space one character must make.",
+                            low=0.5, high=1.0)
+    streak: int = _key(4, "Filled blocks in a row, the same character, that trip.",
+                       low=1, high=1000)
+
+
+@dataclass(frozen=True)
 class ControlTokensConfig(_Section):
     """control-tokens: chat-template control tokens (<|im_start|>, <unk>) written as text."""
 
@@ -544,6 +557,7 @@ class Config:
     lines: LinesConfig = field(default_factory=LinesConfig)
     stale_words: StaleWordsConfig = field(default_factory=StaleWordsConfig)
     char_run: CharRunConfig = field(default_factory=CharRunConfig)
+    char_flood: CharFloodConfig = field(default_factory=CharFloodConfig)
     progression: ProgressionConfig = field(default_factory=ProgressionConfig)
     control_tokens: ControlTokensConfig = field(default_factory=ControlTokensConfig)
     identical_chunks: IdenticalChunksConfig = field(default_factory=IdenticalChunksConfig)

@@ -302,7 +302,8 @@ def test_repeating_part_is_highlighted() -> None:
     # cycle: every whole repetition before the cut is the same unit, the period long.
     period = by_rule["cycle"].evidence["period"]
     units = [m for m in _marked(cards["cycle"]) if len(m) == period]
-    assert len(units) >= 4 and len(set(units)) == 1
+    whole = by_rule["cycle"].evidence["span"] // period  # the copies the rule saw
+    assert len(units) >= max(3, whole) and len(set(units)) == 1
     assert units[0].startswith("Let me write the test now.")  # split where a line starts
 
     # lines: what is highlighted are lines that repeat.

@@ -7,15 +7,21 @@ import random
 import pytest
 
 from loopbreak import Config, scan
-from loopbreak._config import CharRunConfig, ControlTokensConfig, ProgressionConfig
+from loopbreak._config import (
+    CharFloodConfig,
+    CharRunConfig,
+    ControlTokensConfig,
+    ProgressionConfig,
+)
 from loopbreak._engine.detectors import (
+    CharFloodDetector,
     CharRunDetector,
     ControlTokensDetector,
     CycleDetector,
     DegeneracyDetector,
     ProgressionDetector,
 )
-from support import first_trip, split_fixed, split_random
+from support import feed_pieces, first_trip, split_fixed, split_random
 
 INTRO = "Here is what I found after reading the report carefully.\n"
 
@@ -60,6 +66,41 @@ def test_char_run_counts_across_deltas_exactly() -> None:
         trip = next(t for t in (detector.feed(p) for p in pieces) if t is not None)
         assert trip.at == expected.at
 
+
+# --- char-flood ----------------------------------------------------------------------------
+
+# Real floods of the development corpus, their runs broken (by leaked tokens, line breaks).
+BROKEN_FLOODS = {
+    "letter between unk tokens": ("る" * 37 + "<unk|LLM-jp>") * 20,
+    "a column of ones": "\n".join(random.Random(3).choice(["1", "1", "1", "11", "12", "1111"])
+                                for _ in range(400)),
+    "backspaces and tokens": ("\x08" * 120 + "<unk|LLM-jp>") * 6,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_FLOODS))
+def test_a_broken_flood_of_one_character_is_cut(name: str) -> None:
+    flood = BROKEN_FLOODS[name]
+    text = INTRO + flood
+    assert first_trip(CharRunDetector(channel="text"), text) is None  # no run reaches 256
+    trip = first_trip(CharFloodDetector(channel="text"), text, 5)
+    assert trip is not None and trip.rule == "char-flood"
+    cfg = CharFloodConfig()
+    assert trip.at - len(INTRO) <= (cfg.streak + 1) * cfg.block_chars
+    # the same character at the same place however the stream is split
+    again, _ = feed_pieces(CharFloodDetector(channel="text"), split_random(text, random.Random(1)))
+    assert again is not None and (again.at, again.evidence) == (trip.at, trip.evidence)
+
+
+@pytest.mark.parametrize("text", [
+    "b'" + "z" * 75 + "=\n" + "z" * 75 + "=\n" + "z" * 40 + "'\n",  # test data (test_quopri)
+    "| Name | Value |\n|" + "-" * 300 + "|" + " " * 300 + "|\n",  # a padded table
+    "\n".join(str(n) for n in range(1000, 1400)),  # a column of numbers
+    "0x00, 0x01, 0x00, 0x00, 0xff, 0x00, 0x10, 0x00, " * 30,  # a byte table
+    "The answer is 1,000,000,000,000,000,000,000,000,000,000,000,000 exactly.\n" * 3,
+])
+def test_text_that_one_character_does_not_fill_is_left_alone(text: str) -> None:
+    assert first_trip(CharFloodDetector(channel="text"), INTRO + text * 4, 5) is None
 
 # --- control-tokens -------------------------------------------------------------------------
 

@@ -29,12 +29,14 @@ from loopbreak import (
     Trip,
 )
 from loopbreak._config import (
+    CharFloodConfig,
     CharRunConfig,
     ControlTokensConfig,
     ProgressionConfig,
     StaleWordsConfig,
 )
 from loopbreak._engine.detectors import (
+    CharFloodDetector,
     CharRunDetector,
     ControlTokensDetector,
     CounterCycleDetector,
@@ -78,7 +80,8 @@ def flood_streams(draw: st.DrawFn) -> str:
     head = draw(st.text(alphabet="abc de.1\n<|", max_size=120))
     kind = draw(st.sampled_from(["run", "tokens", "count", "words"]))
     if kind == "run":
-        body = draw(st.sampled_from(["a", " ", "-", "！", "0", "\n"])) * draw(st.integers(1, 60))
+        body = draw(st.sampled_from(["a", " ", "-", "！", "0", "\n", "る\n", "1\n11\n"])) \
+            * draw(st.integers(1, 60))
     elif kind == "tokens":
         token = draw(st.sampled_from(["<|im_start|>\n", "<unk|x> ", "</s>", "[PAD]", "<|a b|>"]))
         body = token * draw(st.integers(1, 20))
@@ -144,6 +147,7 @@ SMALL = {
     "lines": lambda: LinesDetector(LinesConfig(min_mass=64, window_chars=512,
                                                min_concentration=2.0)),
     "char-run": lambda: CharRunDetector(CharRunConfig(max_run=16, max_layout_run=24)),
+    "char-flood": lambda: CharFloodDetector(CharFloodConfig(block_chars=16, streak=3)),
     "control-tokens": lambda: ControlTokensDetector(ControlTokensConfig(min_tokens=3,
                                                                         window_chars=64)),
     "progression": lambda: ProgressionDetector(ProgressionConfig(min_terms=5)),
@@ -181,6 +185,7 @@ test_degeneracy_split_independent = _property("degeneracy")
 test_lines_split_independent = _property("lines")
 test_channel_guard_split_independent = _property("guard")
 test_char_run_split_independent = _property("char-run")
+test_char_flood_split_independent = _property("char-flood")
 test_control_tokens_split_independent = _property("control-tokens")
 test_progression_split_independent = _property("progression")
 test_stale_words_split_independent = _property("stale-words")

@@ -16,6 +16,7 @@ from loopbreak._config import Config
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
     CharCapDetector,
+    CharFloodDetector,
     CharRunDetector,
     ControlTokensDetector,
     CounterCycleDetector,
@@ -48,6 +49,8 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
             detectors.append(CounterCycleDetector(config.counter_cycle, config.cycle, channel))
     if config.char_run.max_run:
         detectors.append(CharRunDetector(config.char_run, channel))
+    if config.char_flood.enabled:
+        detectors.append(CharFloodDetector(config.char_flood, channel))
     if config.progression.min_terms:
         detectors.append(ProgressionDetector(config.progression, channel))
     if config.control_tokens.min_tokens:

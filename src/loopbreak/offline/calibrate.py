@@ -25,6 +25,7 @@ from typing import Any
 from loopbreak._config import Config
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
+    CharFloodDetector,
     CharRunDetector,
     ControlTokensDetector,
     CounterCycleDetector,
@@ -49,6 +50,7 @@ FACTORIES: dict[str, DetectorFactory] = {
     "lines": lambda c, ch: LinesDetector(c.lines, ch),
     "identical-chunks": lambda c, ch: IdenticalChunksDetector(c.identical_chunks, ch),
     "char-run": lambda c, ch: CharRunDetector(c.char_run, ch),
+    "char-flood": lambda c, ch: CharFloodDetector(c.char_flood, ch),
     "control-tokens": lambda c, ch: ControlTokensDetector(c.control_tokens, ch),
     "progression": lambda c, ch: ProgressionDetector(c.progression, ch),
     "stale-words": lambda c, ch: StaleWordsDetector(c.stale_words, ch),

@@ -2,6 +2,7 @@
 
 from loopbreak._engine.detectors.block_repeat import BlockRepeatDetector
 from loopbreak._engine.detectors.char_cap import CharCapDetector
+from loopbreak._engine.detectors.char_flood import CharFloodDetector
 from loopbreak._engine.detectors.char_run import CharRunDetector
 from loopbreak._engine.detectors.control_tokens import ControlTokensDetector
 from loopbreak._engine.detectors.counter_cycle import CounterCycleDetector
@@ -15,6 +16,7 @@ from loopbreak._engine.detectors.stale_words import StaleWordsDetector
 __all__ = [
     "BlockRepeatDetector",
     "CharCapDetector",
+    "CharFloodDetector",
     "CharRunDetector",
     "ControlTokensDetector",
     "CounterCycleDetector",

@@ -20,7 +20,8 @@ from loopbreak._engine.trip import Channel, Trip
 
 CONTROL_TOKENS = "control-tokens"
 
-_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]")
+# A chat-template control token written as text (shared with char-flood).
+CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]")
 # The longest a control token can be, so a carried piece stays short.
 _MAX_TOKEN = 46
 
@@ -59,7 +60,7 @@ class ControlTokensDetector:
         self._consumed += len(delta)
         ends = self._ends
         searched_to = 0
-        for m in _TOKEN.finditer(text):
+        for m in CONTROL_TOKEN.finditer(text):
             searched_to = m.end()
             if m.end() <= len(self._carry):
                 continue  # counted with the delta it ended in

@@ -1,0 +1,92 @@
+"""char-flood: one character makes nearly all of the text, its runs broken by a little else.
+
+``char-run`` needs an unbroken run. Real floods are broken: ``るるる…<unk|LLM-jp>るるる``,
+``ыыы…<unk>ыыы``, backspaces between leaked control tokens, a column of ``1``, ``11``,
+``12`` lines that a small chat model wrote until its budget ran out. Every run stays
+below ``char_run.max_run`` and ``degeneracy`` lets them through its gate (letters and
+digits are meaning to it), so no other rule sees them.
+
+The stream is cut into disjoint blocks of ``block_chars`` (``blocks.BlockCutter``). A
+block counts when one character that is not space, does not draw layout (dashes,
+dots, box drawing: ``char_run.LAYOUT_CHARS``) and is not an ASCII letter (code spells
+test data with them) makes at least ``min_share`` of its
+non-space characters (leaked control tokens taken out, whole or cut by the block's
+edges), and non-space is at least half the block; ``streak`` such blocks
+in a row, the same character in each, trip. A cut lands within ``streak`` blocks and
+one more of the flood's start.
+
+Clean text never holds one character at that share for long: a padded table is
+layout, ``'a' * 200`` spelled out is one run, a hex dump or a number spreads over
+several digits.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from loopbreak._config import CharFloodConfig
+from loopbreak._engine.blocks import BlockCutter
+from loopbreak._engine.detectors.char_run import LAYOUT_CHARS
+from loopbreak._engine.detectors.control_tokens import CONTROL_TOKEN
+from loopbreak._engine.trip import Channel, Trip
+
+CHAR_FLOOD = "char-flood"
+# Layout, and ASCII letters: code spells test data and padding with them (CPython's
+# test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
+_NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters)
+# The pieces of a control token that a block's edges cut off.
+_TOKEN_PIECE = re.compile(r"^[^<>\s]{1,45}>|<[^<>\s]{0,45}$")
+
+
+class CharFloodDetector:
+    """Blocks in a row that one character fills, counted across deltas."""
+
+    def __init__(self, config: CharFloodConfig | None = None,
+                 channel: Channel = "reasoning") -> None:
+        cfg = config or CharFloodConfig()
+        self._channel: Channel = channel
+        self._share = cfg.min_share
+        self._streak = cfg.streak
+        self._cutter = BlockCutter(cfg.block_chars)
+        # A block with more distinct characters than this cannot be filled by one.
+        self._max_distinct = int((1.0 - cfg.min_share) * cfg.block_chars) + 4
+        self._char = ""
+        self._run = 0
+
+    @property
+    def consumed(self) -> int:
+        return self._cutter.consumed
+
+    def reset(self) -> None:
+        self._cutter.reset()
+        self._char = ""
+        self._run = 0
+
+    def feed(self, delta: str) -> Trip | None:
+        for block, end in self._cutter.push(delta):
+            char = self._filler(block)
+            if char and char == self._char:
+                self._run += 1
+            else:
+                self._char, self._run = char, 1 if char else 0
+            if self._run >= self._streak:
+                return Trip(CHAR_FLOOD, self._channel, self.consumed, end,
+                            {"char": char, "blocks": self._run})
+        return None
+
+    def _filler(self, block: str) -> str:
+        """The character that fills ``block`` (leaked control tokens aside), or ``""``."""
+        if "<" in block or ">" in block:
+            block = _TOKEN_PIECE.sub("", CONTROL_TOKEN.sub("", block))
+            if not block:
+                return ""
+        distinct = set(block)
+        if len(distinct) > self._max_distinct:
+            return ""
+        ink = len(block) - sum(block.count(c) for c in distinct if c.isspace())
+        if 2 * ink < len(block):
+            return ""
+        top = max((c for c in distinct if not c.isspace() and c not in _NOT_FILLERS),
+                  key=block.count, default="")
+        return top if top and block.count(top) >= self._share * ink else ""
