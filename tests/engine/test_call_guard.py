@@ -19,7 +19,8 @@ def _feed(guard: CallGuard, channel: str, text: str, size: int = 32):  # type: i
 def test_rules_per_channel() -> None:
     reasoning = {type(d).__name__ for d in build_detectors("reasoning", Config())}
     text = {type(d).__name__ for d in build_detectors("text", Config())}
-    floods = {"CharRunDetector", "ControlTokensDetector", "ProgressionDetector"}
+    floods = {"CharRunDetector", "CharFloodDetector", "ControlTokensDetector",
+              "ProgressionDetector"}
     assert reasoning == {"DegeneracyDetector", "BlockRepeatDetector", "CycleDetector",
                          "CounterCycleDetector", "LinesDetector", "CharCapDetector"} | floods
     assert text == {"DegeneracyDetector", "CycleDetector", "CounterCycleDetector",

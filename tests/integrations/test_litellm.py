@@ -140,7 +140,8 @@ def test_a_loop_is_cut_the_upstream_closed_and_the_stream_ended_lawfully() -> No
     assert isinstance(last, ModelResponseStream)
     assert last.choices[0].finish_reason == "stop"
     assert _delta(last, "content") == hook.notice(trip) == (
-        "[loopbreak] Your reasoning was cut after 960 characters because it kept repeating "
+        f"[loopbreak] Your reasoning was cut after {trip.offset} characters because it kept "
+        "repeating "
         "(cycle). Do not repeat that reasoning. Carry on with the task from where it stands: "
         "take the next concrete step.")
     assert (last.id, last.created, last.model) == ("chatcmpl-1", 1700000000, "deepseek-reasoner")
@@ -203,8 +204,11 @@ def test_notice_settings_and_language() -> None:
     assert _delta(quiet[-1], "content") is None
     chinese = {"model": "m", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "请修复上传模块里的重试逻辑，它会无限循环。"}]}]}
-    out = _through(LoopbreakGuard(STOP), _Upstream(chunks), chinese)
-    assert _delta(out[-1], "content").startswith("[loopbreak] 你的思考在 960 个字符处被截断")
+    hook = LoopbreakGuard(STOP)
+    out = _through(hook, _Upstream(chunks), chinese)
+    (trip,) = hook.trips
+    notice = _delta(out[-1], "content")
+    assert notice.startswith(f"[loopbreak] 你的思考在 {trip.offset} 个字符处被截断")
 
 
 def test_what_is_not_a_chat_chunk_passes_through() -> None:
