@@ -34,7 +34,9 @@ from loopbreak._engine.trip import Channel, Trip
 CHAR_FLOOD = "char-flood"
 # Layout, and ASCII letters: code spells test data and padding with them (CPython's
 # test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
-_NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters)
+# Every whitespace character (none lies above U+3000).
+_SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())
+_NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters) | _SPACES
 # The pieces of a control token that a block's edges cut off.
 _TOKEN_PIECE = re.compile(r"^[^<>\s]{1,45}>|<[^<>\s]{0,45}$")
 
@@ -84,9 +86,13 @@ class CharFloodDetector:
         distinct = set(block)
         if len(distinct) > self._max_distinct:
             return ""
-        ink = len(block) - sum(block.count(c) for c in distinct if c.isspace())
-        if 2 * ink < len(block):
+        top = max(distinct - _NOT_FILLERS, key=block.count, default="")
+        if not top:
             return ""
-        top = max((c for c in distinct if not c.isspace() and c not in _NOT_FILLERS),
-                  key=block.count, default="")
-        return top if top and block.count(top) >= self._share * ink else ""
+        count = block.count(top)
+        # Ink is at least half the block: a filler short of that share of all of it fails
+        # before the spaces are counted.
+        if 2 * count < self._share * len(block):
+            return ""
+        ink = len(block) - sum(map(block.count, distinct & _SPACES))
+        return top if 2 * ink >= len(block) and count >= self._share * ink else ""
