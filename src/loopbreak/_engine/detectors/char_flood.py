@@ -32,10 +32,10 @@ from loopbreak._engine.detectors.control_tokens import CONTROL_TOKEN
 from loopbreak._engine.trip import Channel, Trip
 
 CHAR_FLOOD = "char-flood"
-# Layout, and ASCII letters: code spells test data and padding with them (CPython's
-# test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
 # Every whitespace character (none lies above U+3000).
 _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())
+# Space, layout, and ASCII letters: code spells test data and padding with them (CPython's
+# test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
 _NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters) | _SPACES
 # The pieces of a control token that a block's edges cut off.
 _TOKEN_PIECE = re.compile(r"^[^<>\s]{1,45}>|<[^<>\s]{0,45}$")
