@@ -468,3 +468,20 @@ def test_opens_in_headless_chromium(tmp_path: Path) -> None:
     keep = os.environ.get("LOOPBREAK_REPORT_SCREENSHOT")
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def test_a_char_flood_cut_highlights_the_filled_blocks() -> None:
+    from loopbreak import CharFloodConfig, CharFloodDetector
+    from loopbreak.offline.analyze import Cut
+    from loopbreak.offline.report.excerpts import _marks
+
+    text = "Here is the answer.\n" + ("る" * 37 + "<unk|LLM-jp>") * 20
+    detector = CharFloodDetector(channel="text")
+    trip = next(t for i in range(0, len(text), 32) if (t := detector.feed(text[i : i + 32])))
+    cut = Cut(trip.rule, trip.channel, trip.offset, trip.at, trip.at, dict(trip.evidence),
+              text[: trip.at], text[trip.at :])
+    marks = _marks(cut, text, trip.at)
+    size, blocks = CharFloodConfig().block_chars, trip.evidence["blocks"]
+    assert [(a, b) for a, b, _ in marks.ranges] == [
+        (trip.at - size * (k + 1), trip.at - size * k) for k in reversed(range(blocks))]
+    assert "る" in marks.caption and str(size) in marks.caption

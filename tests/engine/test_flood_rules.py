@@ -102,6 +102,8 @@ def test_a_broken_flood_of_one_character_is_cut(name: str) -> None:
 def test_text_that_one_character_does_not_fill_is_left_alone(text: str) -> None:
     assert first_trip(CharFloodDetector(channel="text"), INTRO + text * 4, 5) is None
 
+
+
 # --- control-tokens -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("token", ["<|im_start|>\n", "<|im_end|>\n<|im_start|>", "<unk|LLM-jp> ",

@@ -22,6 +22,11 @@ class BlockCutter:
         self._consumed = 0
 
     @property
+    def size(self) -> int:
+        """Characters in each block."""
+        return self._size
+
+    @property
     def consumed(self) -> int:
         """Characters pushed so far."""
         return self._consumed

@@ -74,7 +74,8 @@ class CharFloodDetector:
                 self._char, self._run = char, 1 if char else 0
             if self._run >= self._streak:
                 return Trip(CHAR_FLOOD, self._channel, self.consumed, end,
-                            {"char": char, "blocks": self._run})
+                            {"char": char, "blocks": self._run,
+                             "block_chars": self._cutter.size})
         return None
 
     def _filler(self, block: str) -> str:

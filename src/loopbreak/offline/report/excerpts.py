@@ -154,6 +154,10 @@ def _marks(cut: Cut, text: str, at: int) -> _Marks:
         block = _int(ev.get("block_chars")) or Config().degeneracy.block_chars
         return _block_marks(text, at, block, _int(ev.get("streak")) or 1,
                             "each judged degenerate")
+    if cut.rule == "char-flood":
+        block = _int(ev.get("block_chars")) or Config().char_flood.block_chars
+        return _block_marks(text, at, block, _int(ev.get("blocks")) or 1,
+                            f"each filled with {ev.get('char')!r}")
     if cut.rule == "identical-chunks":
         return _chunk_marks(text, str(ev.get("chunk") or ""), _int(ev.get("repeats")))
     if cut.rule == "max-reasoning-chars":
