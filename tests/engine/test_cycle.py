@@ -196,6 +196,7 @@ def test_cycle_memory_stays_bounded() -> None:
     "She can run 12 * 6 = <<12*6=72>>72 miles in six hours.\n",
     "a total of 3*35 = $<<3*35=105>>105 in missed income.\n",
     "The 10 cheerleaders are 64/10 = 6.4 feet tall\n",
+    "4x^3 = 9x\n\n", "^2x^2y^2z",  # exponents (ja-vicuna loops)
     # symbols alone are a flood, not code
     "]{'",
     "*-+-*",
@@ -215,7 +216,7 @@ def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
     "x = foo(a, b)\n", "self.check(a, b)\n", "    return x\n", '"key": 1, ', "'a', 'b', ",
     "<|im_end|>\n<|im_start|>",
     "x = 5\ny = 6\n", "a[0] = 1; b[1] = 2\n", "assert 1 == 1\nassert 2 >= 1\n",
-    "|          |          |\n",
+    "|          |          |\n", "a = b ^ c\n", 're.compile(r"^abc")\n',
 ])
 def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     from loopbreak._engine.shape import looks_like_code, unit_looks_like_code

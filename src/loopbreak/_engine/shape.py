@@ -18,7 +18,8 @@ Measured on the development corpus, a third of the real loops the older gate
 sent to the long code span were prose (``I'm not sure.``, a heading, a letter
 template). Full-width CJK punctuation is not a code symbol, so CJK prose loops
 stay prose. Nor is word-problem arithmetic code: a calculator note
-(``<<12*6=72>>``) or an ``=`` or ``$`` before a number made 69 of the 194 Qwen3
+(``<<12*6=72>>``), an ``=`` or ``$`` before a number or an exponent (``4x^3``) made
+69 of the 194 Qwen3
 GSM8K reasoning loops "code" and put them past their latency budget (measured
 2026-12-02; no clean stream and no standard-library file trips for it). A unit of
 symbols alone (``]{'``) is a flood, not code, unless it draws a table (``|``).
@@ -46,10 +47,11 @@ _CODE_SYMBOLS = re.compile(
 _INSIDE = r"[^()\[\]{}=<>;|\\\n]{0,120}"
 _PROSE_BRACKETS = re.compile(rf"(?:(?<=\s)|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
 # Arithmetic as word problems write it: a calculator note (``<<12*6=72>>``, the GSM8K
-# format small reasoning models learned) and an equals sign or a dollar sign before a
-# number (``3 * 6 = 18``, ``3*35 = $105``). ``x = 5``, ``a[0] = 1`` and ``1 == 1`` stay code.
+# format small reasoning models learned), an equals sign or a dollar sign before a
+# number (``3 * 6 = 18``, ``3*35 = $105``) and an exponent (``4x^3``, ``2^{10}``).
+# ``x = 5``, ``a[0] = 1``, ``1 == 1``, ``a ^ b`` and a regex's ``^`` stay code.
 _PROSE_MATH = re.compile(r"<<[\d.,+\-*/() ]{1,60}=[\d.,\-]{1,30}>>"
-                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)")
+                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)|(?<=[\w)])\^(?=[\d{(-])")
 # A line indented by two or more spaces or a tab, unless it is a list item.
 _INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")
@@ -120,7 +122,7 @@ def looks_like_code(text: str) -> bool:
 
 def _without_prose_math(text: str) -> str:
     """``text`` with its word-problem arithmetic read as digits (same length, same lines)."""
-    if "=" not in text and "$" not in text:
+    if "=" not in text and "$" not in text and "^" not in text:
         return text
     return _PROSE_MATH.sub(lambda m: "0" * len(m.group()), text)
 
