@@ -17,12 +17,12 @@ space with no code inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8]``).
 Measured on the development corpus, a third of the real loops the older gate
 sent to the long code span were prose (``I'm not sure.``, a heading, a letter
 template). Full-width CJK punctuation is not a code symbol, so CJK prose loops
-stay prose. Nor is word-problem arithmetic code: a calculator note
-(``<<12*6=72>>``), an ``=`` or ``$`` before a number or an exponent (``4x^3``) made
-69 of the 194 Qwen3
-GSM8K reasoning loops "code" and put them past their latency budget (measured
-2026-12-02; no clean stream and no standard-library file trips for it). A unit of
-symbols alone (``]{'``) is a flood, not code, unless it draws a table (``|``).
+stay prose. Nor is word-problem arithmetic code: calculator notes (``<<12*6=72>>``)
+and an ``=`` or ``$`` before a number made 69 of the 194 Qwen3 GSM8K reasoning loops
+"code" and put them past their latency budget, and exponents (``4x^3``) did the same
+to ja-vicuna's equation loops (measured 2026-12-02; no clean stream and no
+standard-library file trips for reading them as prose). A unit of symbols alone
+(``]{'``) is a flood, not code, unless it draws a table (``|``).
 """
 
 from __future__ import annotations
