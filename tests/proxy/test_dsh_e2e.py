@@ -361,7 +361,12 @@ def test_c_a_failing_tool_call_gets_guidance_then_is_denied(
         assert all(r.wait(5) for r in requests)
         assert upstream.errors == [] and upstream.pending == 0
     assert len(requests) == 5, [r.index for r in requests]
-    assert all(r.outcome == "completed" for r in requests)
+    # The proxy stops reading the denied answer (requests[3]) once its finish has come:
+    # whether the upstream's last bytes (usage, [DONE]) went out before that is a race
+    # (CI on 2 busy cores lost it once).
+    outcomes = [r.outcome for r in requests]
+    assert outcomes[3] in ("completed", "client-disconnected"), outcomes
+    assert outcomes[:3] + outcomes[4:] == ["completed"] * 4, outcomes
 
     # dsh's own repeat-tool-reminder adds a user message after the third identical call: a
     # message in the middle of the turn, which must not reset the turn's failure counts.
