@@ -189,11 +189,11 @@ class CycleDetector:
             least = max(self._three_copies, min(least, 3 * period))
         return max(least, self._two_copies(period, pool))
 
-    def _unit_span(self, unit: str) -> int:
+    def _unit_span(self, unit: str, code: bool | None = None) -> int:
         """The tail that must repeat for this unit, by its shape (the same for every
-        rotation of it)."""
+        rotation of it); ``code`` is ``unit_looks_like_code(unit)`` when already known."""
         period = len(unit)
-        if unit_looks_like_code(unit):
+        if unit_looks_like_code(unit) if code is None else code:
             return self._code_span(period)
         pool = self._two_only < period <= self._two_only_pool and repeats_its_lines(unit)
         return self._span(period, pool)
@@ -243,7 +243,7 @@ class CycleDetector:
                 unit = self._buf[at - self._base - period : at - self._base]
                 at = self._original(at)
                 code = unit_looks_like_code(unit)
-                span = self._unit_span(unit)
+                span = self._unit_span(unit, code)
                 return Trip(self.rule, self._channel, self._consumed, at, {
                     "period": period,
                     "span": span,
