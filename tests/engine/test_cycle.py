@@ -197,6 +197,14 @@ def test_cycle_memory_stays_bounded() -> None:
     "a total of 3*35 = $<<3*35=105>>105 in missed income.\n",
     "The 10 cheerleaders are 64/10 = 6.4 feet tall\n",
     "4x^3 = 9x\n\n", "^2x^2y^2z",  # exponents (ja-vicuna loops)
+    # algebra (ja-vicuna and Qwen3 GSM8K loops): = beside arithmetic, a number times a bracket
+    "xについての方程式3x + 10 = 5(x - 2)を解いてください。 ",
+    " x = 5 x = 2 + 3", " 20*2k + 50*2k + x*2k =", " + 3(3(3x - 2))",
+    "f(2) = 5(2)^3 - 2(2) + 3 = 10 - 4 + 3 = 13\n\n### Response:\n",
+    "The 20 snowballs take 20/60 = <<20/60=1/3>>1/3 of an hour.\n",
+    "(2, -2)と(10, 4)である線分の長さは(10-2)と(10-4)として(7)となります。\n",  # no space before
+    "The train leaves at 5:00 pm and arrives at 12:00.\n",
+    "### Response:\n\n```\nI do not understand this question.\n```\n\n",  # fences are markup
     # symbols alone are a flood, not code
     "]{'",
     "*-+-*",
@@ -217,6 +225,7 @@ def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
     "<|im_end|>\n<|im_start|>",
     "x = 5\ny = 6\n", "a[0] = 1; b[1] = 2\n", "assert 1 == 1\nassert 2 >= 1\n",
     "|          |          |\n", "a = b ^ c\n", 're.compile(r"^abc")\n',
+    "print(f(3))\n", "y = foo(x) + 1\n", "if a[1:2] == b:\n", "```python\nx = foo(1)\n```\n",
 ])
 def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
@@ -226,6 +235,14 @@ def test_code_symbols_still_make_a_unit_code(code: str) -> None:
 
 @given(st.text(alphabet="ab :*'\n[](=<>$1|", min_size=1, max_size=30), st.integers(0, 29))
 def test_a_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
+    from loopbreak._engine.shape import unit_looks_like_code
+
+    k %= len(unit)
+    assert unit_looks_like_code(unit[k:] + unit[:k]) == unit_looks_like_code(unit)
+
+
+@given(st.text(alphabet="x2k =+-*()^:`<>\n3a.", min_size=1, max_size=60), st.integers(0, 59))
+def test_an_algebra_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
     from loopbreak._engine.shape import unit_looks_like_code
 
     k %= len(unit)

@@ -44,19 +44,41 @@ _CODE_SYMBOLS = re.compile(
 # Brackets as prose uses them: opened after a space or a line start, closed on the same
 # line, with no code symbol inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8, 1]``).
 # ``foo(a)`` and ``x[0]`` open right after a word and stay code.
+# Japanese and Chinese put no space before a bracket (``(2, -2)と(10, 4)``).
+_CJK = "\u3000-\u30ff\u3400-\u9fff\uff00-\uffef"
 _INSIDE = r"[^()\[\]{}=<>;|\\\n]{0,120}"
-_PROSE_BRACKETS = re.compile(rf"(?:(?<=\s)|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
+_PROSE_BRACKETS = re.compile(rf"(?:(?<=[\s{_CJK}])|^)(?:\({_INSIDE}\)|\[{_INSIDE}\])")
 # Arithmetic as word problems write it: a calculator note (``<<12*6=72>>``, the GSM8K
 # format small reasoning models learned), an equals sign or a dollar sign before a
 # number (``3 * 6 = 18``, ``3*35 = $105``) and an exponent (``4x^3``, ``2^{10}``).
 # ``x = 5``, ``a[0] = 1``, ``1 == 1``, ``a ^ b`` and a regex's ``^`` stay code.
-_PROSE_MATH = re.compile(r"<<[\d.,+\-*/() ]{1,60}=[\d.,\-]{1,30}>>"
-                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)|(?<=[\w)])\^(?=[\d{(-])")
+_PROSE_MATH = re.compile(r"<<[\w.,+\-*/()^ ]{1,60}=[\w.,+\-*/^ ]{1,30}>>"
+                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)|(?<=[\w)])\^(?=[\d{(-])"
+                         r"|(?<=\d):(?=\d\d(?!\d))")
+# An equation or expression as algebra writes it: numbers, one-letter variables and
+# coefficients (``3x``, ``2k``), operators and brackets, one space at most between them
+# (``3x + 10 = 5(x - 2)``, ``f(2) = 5(2)^3 - 2(2) + 3``, ``20*2k + 50*2k + x*2k =``).
+# Read as prose when it holds an equals sign beside arithmetic, or a number multiplying a
+# bracket (``3(3x - 2)``, no programming language's syntax). A run cannot start after a
+# letter or a dot, so ``foo(a)`` and ``x.y(1)`` stay code, and ``x = 5``, ``a = b ^ c``
+# and ``1 == 1`` have no arithmetic beside their ``=``.
+_EQUALS = r"(?<![=<>!])=(?![=<>])"
+_OPERATOR = r"[-+*/\u00d7\u00f7]"
+_MATH_TOKEN = (r"(?:\d+(?:\.\d+)?(?:[a-z](?![A-Za-z_]))?"
+               r"|(?<![A-Za-z_\d])[A-Za-z\u2211\u221a\u03c0](?![A-Za-z_\d])"
+               rf"|{_OPERATOR}|[()^]|{_EQUALS})")
+_MATH_RUN = re.compile(rf"(?<![\w.]){_MATH_TOKEN}(?: ?{_MATH_TOKEN})*")
+_ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUALS}|\d ?\(")
+# A fence line (three backticks and a language name) marks a block as code; what the
+# block holds is judged on its own symbols.
+_FENCE = re.compile(r"(?:^|(?<=\n))```[\w+-]*(?=\n|$)")
 # A line indented by two or more spaces or a tab, unless it is a list item.
 _INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
 _NON_SPACE = re.compile(r"\S")
 # The most characters a pattern here looks at around a position (a prose bracket's span).
 _CONTEXT_CHARS = 130
+# How far from a text's edge a prose reading can be changed by the edge (a calculator note).
+_EDGE_CHARS = 128
 
 
 def is_indented(line: str) -> bool:
@@ -75,7 +97,11 @@ def unit_looks_like_code(unit: str) -> bool:
         # table rows (``|    |    |``) stay with code and data.
         return False
     side = -(-_CONTEXT_CHARS // len(unit))
-    text = _without_prose_math(unit * (2 * side + 1))
+    # Prose readings are made on a wider tiling and judged away from its edges, so that no
+    # reading that reaches the window is changed by where the tiling was cut.
+    extra = -(-_EDGE_CHARS // len(unit))
+    wide = _without_prose_math(unit * (2 * (side + extra) + 1), margin=_EDGE_CHARS)
+    text = wide[extra * len(unit) : len(wide) - extra * len(unit)]
     lo = side * len(unit)
     hi = lo + len(unit)
     if any(lo <= m.start() < hi for m in _INDENTED_LINE.finditer(text)):
@@ -120,11 +146,28 @@ def looks_like_code(text: str) -> bool:
     return _enough_symbols(symbols - 2 * len(_PROSE_BRACKETS.findall(text)), text)
 
 
-def _without_prose_math(text: str) -> str:
-    """``text`` with its word-problem arithmetic read as digits (same length, same lines)."""
-    if "=" not in text and "$" not in text and "^" not in text:
+def _without_prose_math(text: str, margin: int = 0) -> str:
+    """``text`` with its word-problem arithmetic and algebra read as digits and its code
+    fences as blanks (same length, same lines). An algebra run is judged on what of it lies
+    ``margin`` or more characters inside ``text``: a cycle tiled round a unit has edges that
+    the stream has not, and a run as long as the text must not be judged by where it was cut."""
+    algebra = "(" in text or "=" in text
+    if "`" in text:
+        text = _FENCE.sub(lambda m: " " * len(m.group()), text)
+    if "=" in text or "$" in text or "^" in text or ":" in text:
+        text = _PROSE_MATH.sub(lambda m: "0" * len(m.group()), text)
+    if not algebra:
         return text
-    return _PROSE_MATH.sub(lambda m: "0" * len(m.group()), text)
+    inside = len(text) - margin
+
+    def algebra_as_digits(match: re.Match[str]) -> str:
+        run = match.group()
+        judged = text[max(match.start(), margin) : min(match.end(), inside)]
+        if len(run) < 5 or not _ARITHMETIC.search(judged):
+            return run
+        return _NON_SPACE.sub("0", run)
+
+    return _MATH_RUN.sub(algebra_as_digits, text)
 
 
 def _enough_symbols(symbols: int, text: str) -> bool:
