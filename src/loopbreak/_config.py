@@ -225,6 +225,12 @@ class CycleConfig(_Section):
                                                "their own lines (OK. / Output. / Go. over and "
                                                "over: the seed's 235-character DeepSeek loop).",
                                           low=0, high=4096)
+    blank_table_copies: int = _key(12, "Copies after which blank table rows (|   |   |, "
+                                       "no letter or digit) are cut, when fewer than "
+                                       "min_span_code: a template leaves a few rows blank "
+                                       "(3 to 8 in real answers), a loop draws hundreds. "
+                                       "0 leaves them to min_span_code.",
+                                   low=0, high=65536)
 
 
 @dataclass(frozen=True)

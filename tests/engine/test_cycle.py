@@ -36,8 +36,12 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
             if reasoning and cfg.three_copies_reasoning:
                 # three whole copies suffice once three_copies_reasoning repeats
                 least = max(min(cfg.three_copies_reasoning, min_span), min(min_span, 3 * p))
-            span = max(max(cfg.min_span_code, min_span) if unit_looks_like_code(unit)
-                       else least, copies)
+            span = max(least, copies)
+            if unit_looks_like_code(unit):
+                code_span = max(cfg.min_span_code, min_span, copies)
+                blank = "|" in unit and not any(c.isalnum() for c in unit)
+                span = (max(span, min(code_span, cfg.blank_table_copies * p))
+                        if blank and cfg.blank_table_copies else code_span)
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p
@@ -45,7 +49,8 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
 
 
 def _random_text(rng: random.Random) -> str:
-    alphabet = rng.choice(["ab", "abc", "Go. OK.\n", "好。执行。", "x y\n  z", "abcdefghij "])
+    alphabet = rng.choice(["ab", "abc", "Go. OK.\n", "好。执行。", "x y\n  z", "abcdefghij ",
+                           "| -\n", "|a \n"])
     parts = []
     for _ in range(rng.randint(1, 6)):
         if rng.random() < 0.5:
@@ -61,7 +66,8 @@ def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
     rng = random.Random(seed)
     text = _random_text(rng)
     cfg = CycleConfig(max_period=rng.choice([8, 30, 64]), min_span_text=rng.choice([16, 33, 64]),
-                      min_span_code=rng.choice([64, 100]))
+                      min_span_code=rng.choice([64, 100]),
+                      blank_table_copies=rng.choice([0, 3, 12]))
     expected = brute_force(text, cfg, cfg.min_span_text)
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -81,7 +87,8 @@ def test_reasoning_spans_match_brute_force_at_every_split(seed: int) -> None:
                       three_copies_reasoning=rng.choice([0, 16, 33, 200]),
                       two_copies_reasoning=rng.choice([0, 10, 40]),
                       two_copies_pool_reasoning=rng.choice([0, 30, 64]),
-                      min_span_code=rng.choice([64, 100]))
+                      min_span_code=rng.choice([64, 100]),
+                      blank_table_copies=rng.choice([0, 3, 12]))
     expected = brute_force(text, cfg, cfg.min_span_reasoning, "reasoning")
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -289,3 +296,20 @@ def test_a_pool_of_short_lines_is_cut_after_two_copies_in_reasoning() -> None:
     no_pool = CycleDetector(CycleConfig(two_copies_pool_reasoning=0))
     later = first_trip(no_pool, text, 4)
     assert later is not None and later.at > trip.at
+
+
+def test_blank_table_rows_are_cut_after_a_dozen_copies_and_a_template_is_not() -> None:
+    # Real AlpacaEval answers: a subscription template leaves 3 to 8 wide rows blank; small
+    # models draw `| | |` rows until their budget ends (vicuna-7b, chatglm2, evo-7b).
+    head = "| Name | Cost | Notes |\n|------|------|-------|\n| Netflix | $15.99 | Family |\n"
+    blank = "|" + " " * 20 + "|" + " " * 14 + "|" + " " * 30 + "|\n"
+    template = head + blank * 8 + "\nThis template includes the following columns.\n"
+    assert first_trip(CycleDetector(channel="text"), template) is None
+    row = "| | |\n"
+    trip = first_trip(CycleDetector(channel="text"), head + row * 200)
+    assert trip is not None and trip.evidence["code"] is True
+    copies = CycleConfig().blank_table_copies
+    assert trip.at - len(head) <= max(CycleConfig().min_span_text, copies * len(row)) + len(row)
+    # with the copies asked off, the rows wait for the code span
+    off = first_trip(CycleDetector(CycleConfig(blank_table_copies=0), "text"), head + row * 400)
+    assert off is not None and off.at - len(head) >= CycleConfig().min_span_code - len(row)

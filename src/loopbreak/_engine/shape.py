@@ -125,6 +125,12 @@ def repeats_its_lines(unit: str) -> bool:
     return len(lines) >= 4 and 2 * len(set(lines)) <= len(lines)
 
 
+def is_blank_table(unit: str) -> bool:
+    """Whether a repeating unit draws table rows with nothing in them (``|    |    |``,
+    ``+--+--+``): ruled lines alone, no letter or digit."""
+    return "|" in unit and not any(c.isalnum() for c in unit)
+
+
 def is_table_row(line: str) -> bool:
     """Whether ``line`` is a markdown table row (``| a | b |``)."""
     row = line.strip()

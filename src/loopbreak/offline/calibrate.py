@@ -215,6 +215,8 @@ def standard_sweeps() -> list[Sweep]:
               ("cycle.two_copies_reasoning",), ((0, 256, 512, 1024, 4096),), (4096,), _PERIODIC),
         Sweep("cycle third copy (text)", "cycle", "text", ("cycle.past_two_copies",),
               ((0, 64, 128, 192, 256),), (0,), _PERIODIC),
+        Sweep("cycle blank table rows (text)", "cycle", "text", ("cycle.blank_table_copies",),
+              ((4, 6, 8, 12, 16),), (4,), _PERIODIC),
         Sweep("counter-cycle word share (reasoning)", "counter-cycle", "reasoning",
               ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
               _COUNTED),
@@ -456,6 +458,7 @@ def leave_one_source_out(
 
 LOSO_NAMES = (
     "cycle (text)", "cycle third copy (text)", "cycle third copy (reasoning)",
+    "cycle blank table rows (text)",
     "counter-cycle numbers per word (text)", "counter-cycle span (text)",
     "counter-cycle span (reasoning)", "char-run (text)", "control-tokens (text)",
     "degeneracy (text)", "lines mass and window (text)",

@@ -15,7 +15,9 @@ characters), and the unit has at least
 count). The evidence names the smallest such period. A unit shaped like code
 or data (``shape.unit_looks_like_code``) must repeat over ``min_span_code`` instead:
 code repeats verbatim for good reasons (CPython's stdlib holds periodic
-stretches up to 1,030 characters).
+stretches up to 1,030 characters). Blank table rows (``|   |   |``, no letter or
+digit) are cut after ``blank_table_copies`` copies when that comes sooner: a
+template leaves a few rows blank, a looping small model draws hundreds.
 
 The period cap must sit above every period ever measured: a cap below the real
 period fails silently, which is how the seed plugin once missed a 409-character
@@ -63,7 +65,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
-from loopbreak._engine.shape import repeats_its_lines, unit_looks_like_code
+from loopbreak._engine.shape import is_blank_table, repeats_its_lines, unit_looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 CYCLE = "cycle"
@@ -113,6 +115,7 @@ class CycleDetector:
         self._three_copies = min(three_copies_span, min_span) if three_copies_span else 0
         self._span_cap = min_span
         self._min_span_code = max(min_span, cfg.min_span_code)
+        self._blank_table_copies = cfg.blank_table_copies
         # The least any unit needs: the anchor search below is sized for it.
         min_span = self._three_copies or min_span
         self._min_span = min_span
@@ -177,9 +180,10 @@ class CycleDetector:
         two = period <= self._two_only or (pool and period <= self._two_only_pool)
         return 2 * period + (0 if two else self._past_two)
 
-    def _code_span(self, period: int) -> int:
-        """The tail that must repeat with ``period`` for a unit shaped like code."""
-        return max(self._min_span_code, self._two_copies(period))
+    def _code_span(self, period: int, pool: bool = False) -> int:
+        """The tail that must repeat with ``period`` for a unit shaped like code (``pool``:
+        a pool of its own lines); without ``pool``, the most any unit of that period needs."""
+        return max(self._min_span_code, self._two_copies(period, pool))
 
     def _span(self, period: int, pool: bool = True) -> int:
         """The tail that must repeat with ``period`` (a unit not shaped like code); with
@@ -193,10 +197,17 @@ class CycleDetector:
         """The tail that must repeat for this unit, by its shape (the same for every
         rotation of it); ``code`` is ``unit_looks_like_code(unit)`` when already known."""
         period = len(unit)
-        if unit_looks_like_code(unit) if code is None else code:
-            return self._code_span(period)
+        if code is None:
+            code = unit_looks_like_code(unit)
         pool = self._two_only < period <= self._two_only_pool and repeats_its_lines(unit)
-        return self._span(period, pool)
+        if not code:
+            return self._span(period, pool)
+        code_span = self._code_span(period, pool)
+        if self._blank_table_copies and is_blank_table(unit):
+            # Blank table rows: a template leaves a few, a loop draws them on and on.
+            return max(self._span(period, pool),
+                       min(code_span, self._blank_table_copies * period))
+        return code_span
 
     def _reading(self, delta: str) -> str:
         """The text the periods are found in (a variant reads the stream through a map)."""
