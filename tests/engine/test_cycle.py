@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopbreak import CycleConfig, CycleDetector
@@ -210,7 +210,6 @@ def test_cycle_memory_stays_bounded() -> None:
     "f(2) = 5(2)^3 - 2(2) + 3 = 10 - 4 + 3 = 13\n\n### Response:\n",
     "The 20 snowballs take 20/60 = <<20/60=1/3>>1/3 of an hour.\n",
     "(2, -2)と(10, 4)である線分の長さは(10-2)と(10-4)として(7)となります。\n",  # no space before
-    "The train leaves at 5:00 pm and arrives at 12:00.\n",
     "### Response:\n\n```\nI do not understand this question.\n```\n\n",  # fences are markup
     # symbols alone are a flood, not code
     "]{'",
@@ -246,6 +245,30 @@ def test_a_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
 
     k %= len(unit)
     assert unit_looks_like_code(unit[k:] + unit[:k]) == unit_looks_like_code(unit)
+
+
+@given(st.text(alphabet="x2k =+-*()^:`<>$\n3a.[]'_", min_size=1, max_size=160))
+@example("x 2 (0-a)")
+def test_prose_readings_only_take_code_symbols_away(text: str) -> None:
+    # looks_like_code skips the readings when the symbols alone do not make code: that is
+    # only the same verdict if no reading ever adds a symbol (or breaks a prose bracket).
+    from loopbreak._engine import shape
+
+    full = shape._symbols_make_code(shape._without_prose_math(text))
+    assert not full or shape._symbols_make_code(text)
+
+
+def test_a_bracket_stays_whole_when_algebra_meets_it() -> None:
+    from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
+
+    # `17 (0-based)`: the run of numbers ends inside the bracket; the bracket is prose
+    assert not looks_like_code("x = 2 + 17 (0-based).")
+    # a mail header that CPython's test_email repeats (period 201): a date and a time are
+    # no algebra, and the header stays data
+    header = ("n-admin@babylon.socal-raves.org>; Sat, 2 Feb 2002 17:00:06 -0800 (PST)\n\\tfrom "
+              "babylon.socal-raves.org (localhost [127.0.0.1]); by babylon.socal-raves.org "
+              "(Postfix) with ESMTP id B570E51B81; for <mailma")
+    assert unit_looks_like_code(header)
 
 
 @given(st.text(alphabet="x2k =+-*()^:`<>\n3a.", min_size=1, max_size=60), st.integers(0, 59))

@@ -53,8 +53,7 @@ _PROSE_BRACKETS = re.compile(rf"(?:(?<=[\s{_CJK}])|^)(?:\({_INSIDE}\)|\[{_INSIDE
 # number (``3 * 6 = 18``, ``3*35 = $105``) and an exponent (``4x^3``, ``2^{10}``).
 # ``x = 5``, ``a[0] = 1``, ``1 == 1``, ``a ^ b`` and a regex's ``^`` stay code.
 _PROSE_MATH = re.compile(r"<<[\w.,+\-*/()^ ]{1,60}=[\w.,+\-*/^ ]{1,30}>>"
-                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)|(?<=[\w)])\^(?=[\d{(-])"
-                         r"|(?<=\d):(?=\d\d(?!\d))")
+                         r"|(?<=\d) ?=(?![=>])(?= ?[$\d(-])|\$(?=\d)|(?<=[\w)])\^(?=[\d{(-])")
 # An equation or expression as algebra writes it: numbers, one-letter variables and
 # coefficients (``3x``, ``2k``), operators and brackets, one space at most between them
 # (``3x + 10 = 5(x - 2)``, ``f(2) = 5(2)^3 - 2(2) + 3``, ``20*2k + 50*2k + x*2k =``).
@@ -64,11 +63,11 @@ _PROSE_MATH = re.compile(r"<<[\w.,+\-*/()^ ]{1,60}=[\w.,+\-*/^ ]{1,30}>>"
 # and ``1 == 1`` have no arithmetic beside their ``=``.
 _EQUALS = r"(?<![=<>!])=(?![=<>])"
 _OPERATOR = r"[-+*/\u00d7\u00f7]"
-_MATH_TOKEN = (r"(?:\d+(?:\.\d+)?(?:[a-z](?![A-Za-z_]))?"
+_MATH_TOKEN = (r"(?:\d+(?:\.\d+)?(?:[A-Za-z](?![A-Za-z_]))?"
                r"|(?<![A-Za-z_\d])[A-Za-z\u2211\u221a\u03c0](?![A-Za-z_\d])"
                rf"|{_OPERATOR}|[()^]|{_EQUALS})")
 _MATH_RUN = re.compile(rf"(?<![\w.]){_MATH_TOKEN}(?: ?{_MATH_TOKEN})*")
-_ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUALS}|\d ?\(")
+_ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUALS}|\d\(")
 # A fence line (three backticks and a language name) marks a block as code; what the
 # block holds is judged on its own symbols.
 _FENCE = re.compile(r"(?:^|(?<=\n))```[\w+-]*(?=\n|$)")
@@ -97,15 +96,25 @@ def unit_looks_like_code(unit: str) -> bool:
         # table rows (``|    |    |``) stay with code and data.
         return False
     side = -(-_CONTEXT_CHARS // len(unit))
-    # Prose readings are made on a wider tiling and judged away from its edges, so that no
-    # reading that reaches the window is changed by where the tiling was cut.
-    extra = -(-_EDGE_CHARS // len(unit))
-    wide = _without_prose_math(unit * (2 * (side + extra) + 1), margin=_EDGE_CHARS)
-    text = wide[extra * len(unit) : len(wide) - extra * len(unit)]
     lo = side * len(unit)
     hi = lo + len(unit)
+    text = unit * (2 * side + 1)
     if any(lo <= m.start() < hi for m in _INDENTED_LINE.finditer(text)):
         return True
+    # As for a block (``looks_like_code``): the prose readings only take symbols away.
+    if not _window_symbols_make_code(text, lo, hi, unit):
+        return False
+    # They are made on a wider tiling and judged away from its edges, so that no reading
+    # that reaches the window is changed by where the tiling was cut.
+    extra = -(-_EDGE_CHARS // len(unit))
+    wide = _without_prose_math(unit * (2 * (side + extra) + 1), margin=_EDGE_CHARS)
+    return _window_symbols_make_code(wide[extra * len(unit) : len(wide) - extra * len(unit)],
+                                     lo, hi, unit)
+
+
+def _window_symbols_make_code(text: str, lo: int, hi: int, unit: str) -> bool:
+    """Whether the code symbols that start in ``text[lo:hi]`` (one copy of ``unit``, with
+    the cycle around it) make the unit code."""
     symbols = sum(1 for m in _CODE_SYMBOLS.finditer(text) if lo <= m.start() < hi)
     if not symbols:
         return False
@@ -145,7 +154,15 @@ def looks_like_code(text: str) -> bool:
     """
     if _INDENTED_LINE.search(text):
         return True
-    text = _without_prose_math(text)
+    # The prose readings only take code symbols away: text that is prose without them is
+    # prose with them, and most text is prose.
+    if not _symbols_make_code(text):
+        return False
+    read = _without_prose_math(text)
+    return read is text or _symbols_make_code(read)
+
+
+def _symbols_make_code(text: str) -> bool:
     symbols = len(_CODE_SYMBOLS.findall(text))
     if not symbols:
         return False
@@ -160,7 +177,7 @@ def _without_prose_math(text: str, margin: int = 0) -> str:
     algebra = "(" in text or "=" in text
     if "`" in text:
         text = _FENCE.sub(lambda m: " " * len(m.group()), text)
-    if "=" in text or "$" in text or "^" in text or ":" in text:
+    if "=" in text or "$" in text or "^" in text:
         text = _PROSE_MATH.sub(lambda m: "0" * len(m.group()), text)
     if not algebra:
         return text
@@ -171,9 +188,26 @@ def _without_prose_math(text: str, margin: int = 0) -> str:
         judged = text[max(match.start(), margin) : min(match.end(), inside)]
         if len(run) < 5 or not _ARITHMETIC.search(judged):
             return run
-        return _NON_SPACE.sub("0", run)
+        return _as_digits(run)
 
     return _MATH_RUN.sub(algebra_as_digits, text)
+
+
+def _as_digits(run: str) -> str:
+    """``run`` with every character but spaces read as a digit, save a bracket whose partner
+    lies outside it (``17 (0-based)``: that pair is prose, and stays whole)."""
+    open_at: list[int] = []
+    unmatched: set[int] = set()
+    for i, c in enumerate(run):
+        if c == "(":
+            open_at.append(i)
+        elif c == ")":
+            if open_at:
+                open_at.pop()
+            else:
+                unmatched.add(i)
+    unmatched.update(open_at)
+    return "".join(run[i] if i in unmatched or run[i] == " " else "0" for i in range(len(run)))
 
 
 def _enough_symbols(symbols: int, text: str) -> bool:
