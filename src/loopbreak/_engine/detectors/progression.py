@@ -28,7 +28,7 @@ from loopbreak._engine.trip import Channel, Trip
 
 PROGRESSION = "progression"
 
-_NUMBER = re.compile(r"\d+")
+_NUMBER_SPLIT = re.compile(r"(\d+)")
 _DIGIT = re.compile(r"\d")
 # Digits beyond this make a number no counter (and keep the arithmetic cheap).
 _MAX_DIGITS = 18
@@ -63,58 +63,55 @@ class ProgressionDetector:
         self._consumed += len(delta)
         if not self._min_terms or not delta:
             return None
-        if not self._digits and len(self._sep) > self._max_sep and not _DIGIT.search(delta):
+        digits, sep, max_sep = self._digits, self._sep, self._max_sep
+        if not digits and len(sep) > max_sep and not _DIGIT.search(delta):
             return None  # prose far from any number: nothing to read
+        # One pass with the state in locals: numeric text ends a number every few
+        # characters, and a method call per number was most of the rule's cost. The
+        # split alternates text between numbers (maybe empty) and numbers.
+        prev, step, template, terms = self._prev, self._step, self._template, self._terms
+        min_terms = self._min_terms
+        trip: Trip | None = None
+        parts = _NUMBER_SPLIT.split(delta)
         pos = 0
-        for m in _NUMBER.finditer(delta):
-            if m.start() > pos:
-                trip = self._end_number(start + pos + 1)
-                if trip is not None:
-                    return trip
-                self._add_sep(delta[pos : m.start()])
-            # A number may go on from the last delta; a prefix stands for a long one.
-            self._digits = (self._digits + m.group())[: _MAX_DIGITS + 1]
-            pos = m.end()
-        if pos < len(delta):
-            trip = self._end_number(start + pos + 1)
-            if trip is not None:
-                return trip
-            self._add_sep(delta[pos:])
-        return None
+        for i in range(0, len(parts), 2):
+            text = parts[i]
+            if text:
+                if digits:
+                    # The number read so far is complete at the character after it.
+                    if len(digits) > _MAX_DIGITS or len(sep) > max_sep:
+                        prev, terms = None, 0
+                        if len(digits) <= _MAX_DIGITS:
+                            prev, terms = int(digits), 1
+                    else:
+                        value = int(digits)
+                        if prev is None:
+                            terms = 1
+                        elif terms >= 2 and value - prev == step and sep == template:
+                            terms += 1
+                        elif value != prev:
+                            step, template, terms = value - prev, sep, 2
+                        else:
+                            terms = 1
+                        prev = value
+                        if terms >= min_terms:
+                            trip = self._trip(start + pos + 1, terms, step, template, value)
+                    digits = sep = ""
+                    if trip is not None:
+                        break
+                if len(sep) <= max_sep:
+                    sep = (sep + text)[: max_sep + 1]
+                pos += len(text)
+            if i + 1 < len(parts):
+                # A number may go on from the last delta; a prefix stands for a long one.
+                number = parts[i + 1]
+                digits = (digits + number)[: _MAX_DIGITS + 1]
+                pos += len(number)
+        self._digits, self._sep = digits, sep
+        self._prev, self._step, self._template, self._terms = prev, step, template, terms
+        return trip
 
-    def _add_sep(self, text: str) -> None:
-        if len(self._sep) <= self._max_sep:
-            self._sep = (self._sep + text)[: self._max_sep + 1]
-
-    def _end_number(self, end: int) -> Trip | None:
-        """The number being read (if any) is complete at stream position ``end``: the
-        character after its last digit."""
-        digits = self._digits
-        if not digits:
-            return None
-        self._digits = ""
-        sep, self._sep = self._sep, ""
-        if len(digits) > _MAX_DIGITS or len(sep) > self._max_sep:
-            self._prev, self._terms = None, 0
-            if len(digits) <= _MAX_DIGITS:
-                self._prev, self._terms = int(digits), 1
-            return None
-        value = int(digits)
-        prev = self._prev
-        self._prev = value
-        if prev is None:
-            self._terms = 1
-            return None
-        step = value - prev
-        if self._terms >= 2 and step == self._step and sep == self._template:
-            self._terms += 1
-        elif step:
-            self._step, self._template, self._terms = step, sep, 2
-        else:
-            self._terms = 1
-        if self._terms >= self._min_terms:
-            return Trip(PROGRESSION, self._channel, self._consumed, end, {
-                "terms": self._terms, "step": self._step, "separator": self._template,
-                "last": value,
-            })
-        return None
+    def _trip(self, end: int, terms: int, step: int, separator: str, last: int) -> Trip:
+        return Trip(PROGRESSION, self._channel, self._consumed, end, {
+            "terms": terms, "step": step, "separator": separator, "last": last,
+        })
