@@ -145,7 +145,7 @@ def test_targets_need_the_scale_the_latency_and_every_chunk() -> None:
 
 def test_settings_are_checked() -> None:
     for bad in ({"streams": 0}, {"chunks": 0}, {"chunks_per_s": 0.0}, {"ramp_seconds": -1.0},
-                {"proxy_loop": "tokio"}, {"chunks": 1_000_000}):
+                {"proxy_loop": "tokio"}, {"chunks": 1_000_000}, {"workers": 0}):
         with pytest.raises(InputError):
             ProxyBenchSettings(**bad)
     assert ProxyBenchSettings().streams == TARGET_STREAMS
@@ -325,3 +325,43 @@ def test_quick_run_holds_every_stream_at_once(quick_run: dict[str, object]) -> N
     assert isinstance(proxy, dict)
     assert proxy["held_peak"] == QUICK.streams
     assert proxy["proxy_streams_peak"] == QUICK.streams
+
+
+def test_a_quick_run_with_two_workers_sums_their_cpu_and_loses_nothing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # `loopbreak proxy --workers 2` as the bench serves it: uvicorn's supervisor and two
+    # worker processes on one port; their CPU is summed (the supervisor alone spends
+    # almost none), every stream ends and every chunk arrives in order.
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("uvicorn")
+    code = main(["bench", "--proxy", "--quick", "--json", "--workers", "2"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["workers"] == 2
+    assert "2 worker processes" in data["settings"]["processes"]
+    chunks = data["chunks"]
+    assert chunks["received"] == chunks["expected"] == QUICK.streams * QUICK.chunks
+    assert (chunks["lost"], chunks["reordered"], chunks["duplicated"]) == (0, 0, 0)
+    for phase in ("relay", "proxy"):
+        assert data[phase]["completed"] == QUICK.streams
+    assert data["streams_held"] == QUICK.streams
+
+
+def test_process_tree_holds_a_child() -> None:
+    import subprocess
+
+    from loopbreak.bench.proxy import cpu_seconds, process_tree, rss_bytes
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        import os
+
+        assert child.pid in process_tree(os.getpid())
+        mine = rss_bytes(os.getpid())
+        assert mine is not None and mine > (rss_bytes(child.pid) or 0)
+        assert (cpu_seconds(os.getpid()) or 0) >= (cpu_seconds(child.pid) or 0)
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()

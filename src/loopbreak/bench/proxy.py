@@ -129,9 +129,12 @@ class ProxyBenchSettings:
     which is what ``loopbreak proxy`` runs on)."""
     relay: bool = True
     """Also run the load through a bare relay (the peer the proxy is compared with)."""
+    workers: int = 1
+    """Processes serving the proxy (and the relay) on one port, as ``loopbreak proxy
+    --workers``; their CPU and memory are summed."""
 
     def __post_init__(self) -> None:
-        for name in ("streams", "chunks", "piece_chars"):
+        for name in ("streams", "chunks", "piece_chars", "workers"):
             value = getattr(self, name)
             if value < 1:
                 raise InputError(f"{name} must be >= 1, not {value}")
@@ -543,14 +546,38 @@ def summarise(name: str, results: Sequence[StreamResult], expected: int, *, held
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds of process ``pid`` (Linux ``/proc``), or ``None``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    """User plus system CPU seconds of process ``pid`` and every process under it (a
+    server's workers; Linux ``/proc``), or ``None``."""
+    total = None
+    for one in process_tree(pid):
+        try:
+            stat = Path(f"/proc/{one}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total = (total or 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and the processes under it (Linux ``/proc``; ``[pid]`` where unreadable)."""
+    parents: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+            parents.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        one = todo.pop()
+        tree.append(one)
+        todo.extend(parents.get(one, ()))
+    return tree
 
 
 def machine_cpu_seconds() -> float | None:
@@ -568,15 +595,18 @@ def machine_cpu_seconds() -> float | None:
 
 
 def rss_bytes(pid: int) -> int | None:
-    """``VmRSS`` of process ``pid`` in bytes (Linux ``/proc``), or ``None``."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return None
+    """``VmRSS`` of process ``pid`` and the processes under it, in bytes (Linux ``/proc``),
+    or ``None``."""
+    total = None
+    for one in process_tree(pid):
+        try:
+            status = Path(f"/proc/{one}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total = (total or 0) + int(line.split()[1]) * 1024
+    return total
 
 
 def raise_open_files_limit() -> None:
@@ -888,7 +918,9 @@ class ProxyBenchReport:
         """Streams the proxy held at once: its own gauge's peak, the client's count when the
         gauge could not be read."""
         peak = self.proxied.proxy_streams_peak
-        return self.proxied.held_peak if peak is None else peak
+        if peak is None or self.settings.workers > 1:  # the gauge is one worker's
+            return self.proxied.held_peak
+        return peak
 
     @property
     def targets(self) -> ProxyTargets:
@@ -926,13 +958,14 @@ def run_proxy_bench(settings: ProxyBenchSettings, *, quick: bool = False,
                            on_progress=progress(f"{n} straight to the upstream", 0))
         if settings.relay:
             with Child("proxy", [upstream.url, "--loop", settings.proxy_loop,
-                                 "--relay-only"]) as bare:
+                                 "--workers", str(settings.workers), "--relay-only"]) as bare:
                 pids = {"upstream": upstream.pid, "proxy": bare.pid}
                 relay = run_phase(Target("relay", bare.url, pids, bare.pid), settings,
                                   clock=clock,
                                   on_progress=progress(f"{n} through a bare relay", 1))
                 _check_alive(upstream, bare)
-        with Child("proxy", [upstream.url, "--loop", settings.proxy_loop]) as proxy:
+        with Child("proxy", [upstream.url, "--loop", settings.proxy_loop,
+                             "--workers", str(settings.workers)]) as proxy:
             pids = {"upstream": upstream.pid, "proxy": proxy.pid}
             proxied = run_phase(Target("proxy", proxy.url, pids, proxy.pid), settings,
                                 clock=clock,
@@ -1034,7 +1067,11 @@ def proxy_report_dict(report: ProxyBenchReport) -> dict[str, Any]:
                        "then content",
             "config": "defaults",
             "proxy_loop": s.proxy_loop,
-            "processes": "upstream, proxy and load client: one process and event loop each",
+            "workers": s.workers,
+            "processes": ("upstream, proxy and load client: one process and event loop each"
+                          if s.workers == 1 else
+                          f"upstream and load client: one process each; proxy and relay: "
+                          f"{s.workers} worker processes each, CPU and memory summed"),
             "relay": "the proxy's server with every request passed through unjudged"
                      if s.relay else None,
         },
@@ -1145,6 +1182,9 @@ def _proxy_main(args: argparse.Namespace) -> None:
     from loopbreak._config import Config
     from loopbreak.proxy.app import ProxyApp
 
+    if args.workers > 1:
+        _workers_main(args)
+        return
     proxy = ProxyApp(args.upstream, config=Config())
     app: ProxyApp | RelayOnly = RelayOnly(proxy) if args.relay_only else proxy
     config = uvicorn.Config(app, host="127.0.0.1", port=0,
@@ -1170,6 +1210,57 @@ def _proxy_main(args: argparse.Namespace) -> None:
     server.run()
 
 
+_WORKER_UPSTREAM_ENV = "LOOPBREAK_BENCH_UPSTREAM"
+_WORKER_RELAY_ENV = "LOOPBREAK_BENCH_RELAY_ONLY"
+
+
+def worker_app() -> Any:
+    """The app each worker process builds (uvicorn's factory, from the environment)."""
+    from loopbreak._config import Config
+    from loopbreak.proxy.app import ProxyApp
+    from loopbreak.proxy.server import tune_gc
+
+    tune_gc()
+    proxy = ProxyApp(os.environ[_WORKER_UPSTREAM_ENV], config=Config())
+    return RelayOnly(proxy) if os.environ.get(_WORKER_RELAY_ENV) == "1" else proxy
+
+
+def _workers_main(args: argparse.Namespace) -> None:
+    """The proxy served by several processes as ``loopbreak proxy --workers`` serves it:
+    uvicorn's supervisor binds the port, each worker builds its own app. The port is
+    reported once a worker answers; closing stdin stops them all."""
+    import signal
+    import socket
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ[_WORKER_UPSTREAM_ENV] = args.upstream
+    os.environ[_WORKER_RELAY_ENV] = "1" if args.relay_only else "0"
+
+    def report_and_wait() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            except OSError:
+                time.sleep(0.05)
+                continue
+            sys.stdout.write(f"PORT {port}\n")
+            sys.stdout.flush()
+            break
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdin.buffer.read()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=report_and_wait, daemon=True).start()
+    uvicorn.run("loopbreak.bench.proxy:worker_app", factory=True, workers=args.workers,
+                host="127.0.0.1", port=port, loop=args.loop, log_level="warning",
+                access_log=False, timeout_graceful_shutdown=2)
+
+
 def child_main(argv: Sequence[str]) -> int:
     """``python -m loopbreak.bench.proxy upstream|proxy ...``: one bench server."""
     parser = argparse.ArgumentParser(prog="python -m loopbreak.bench.proxy")
@@ -1181,6 +1272,7 @@ def child_main(argv: Sequence[str]) -> int:
     px = sub.add_parser("proxy")
     px.add_argument("upstream")
     px.add_argument("--loop", default="auto", choices=PROXY_LOOPS)
+    px.add_argument("--workers", type=int, default=1)
     px.add_argument("--relay-only", action="store_true",
                     help="pass every request through unjudged (the bench's peer)")
     args = parser.parse_args(argv)

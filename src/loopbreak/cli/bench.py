@@ -62,6 +62,7 @@ examples:
   loopbreak bench --json > bench.json
   loopbreak bench --adversarial --quick
   loopbreak bench --proxy --streams 200 --chunks-per-s 10
+  loopbreak bench --proxy --workers 2
   loopbreak bench --in-engine
   loopbreak bench --in-engine --engine vllm
 """
@@ -74,7 +75,7 @@ can be far off (a quick run once showed 21× per-delta growth where reruns gave 
 # loopbreak.bench.proxy's presets, which are not imported here: every command pays for
 # this module's imports when the parser is built).
 PROXY_HELP_DEFAULTS = {"streams": (1000, 20), "chunks_per_s": (5.0, 20.0),
-                       "chunks": (50, 30), "ramp_seconds": (3.0, 0.2)}
+                       "chunks": (50, 30), "ramp_seconds": (3.0, 0.2), "workers": (1, 1)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,9 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {"streams": "concurrent streams",
              "chunks_per_s": "chunks per second in each stream",
              "chunks": "chunks per stream",
-             "ramp_seconds": "start the streams spread over this many seconds"}
+             "ramp_seconds": "start the streams spread over this many seconds",
+             "workers": "serve the proxy and the bare relay with N processes, as "
+                        "`loopbreak proxy --workers N` does"}
     for name, metavar, kind in (("streams", "N", int), ("chunks_per_s", "R", float),
-                                ("chunks", "N", int), ("ramp_seconds", "S", float)):
+                                ("chunks", "N", int), ("ramp_seconds", "S", float),
+                                ("workers", "N", int)):
         default, quick = PROXY_HELP_DEFAULTS[name]
         proxy.add_argument(f"--{name.replace('_', '-')}", type=kind, metavar=metavar,
                            help=f"{helps[name]} (default {default:g}; --quick {quick:g})")
@@ -242,7 +246,8 @@ def _measure(settings: BenchSettings, args: argparse.Namespace) -> BenchReport:
 
 
 _PROXY_OPTIONS = (("streams", "streams"), ("chunks_per_s", "chunks_per_s"),
-                  ("chunks", "chunks"), ("ramp_seconds", "ramp_seconds"))
+                  ("chunks", "chunks"), ("ramp_seconds", "ramp_seconds"),
+                  ("workers", "workers"))
 
 
 def proxy_settings_from(args: argparse.Namespace) -> ProxyBenchSettings:
@@ -721,7 +726,9 @@ def render_proxy(report: ProxyBenchReport) -> None:
             f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
             f"({s.stream_seconds:g} s, ~{s.piece_chars + 27} chars each, reasoning then "
             f"text, clean), started over {s.ramp_seconds:g} s; upstream, proxy and client in "
-            "a process each.", highlight=False)
+            + ("a process each." if s.workers == 1 else
+               f"processes of their own, the proxy (and the relay) in {s.workers} workers."),
+            highlight=False)
 
     lat = Table(title="Latency per chunk, ms: upstream socket write → client read",
                 title_justify="left")
