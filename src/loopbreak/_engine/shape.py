@@ -25,8 +25,8 @@ standard-library file trips for reading them as prose). Nor is algebra
 (``3x + 10 = 5(x - 2)``, ``f(2) = 5(2)^3 - 2(2) + 3``), a code fence line
 (what the fence holds is judged on its own), or a bracket opened right after
 Japanese or Chinese text, which puts no space before it: read so, 8 more
-ja-vicuna loops and 4 more Qwen3 GSM8K loops are cut, 11 more within budget,
-and nothing clean trips (measured 2026-12-02, second round). The readings only
+ja-vicuna loops and 4 more Qwen3 GSM8K loops are cut, 21 more within their
+budget, and nothing clean trips (measured 2026-12-02, second round). The readings only
 take symbols away, so they are made only where the symbols alone say code. A
 unit of symbols alone (``]{'``) is a flood, not code, unless it draws a table
 (``|``); ``cycle`` asks blank table rows for a dozen copies rather than the
@@ -144,7 +144,7 @@ def repeats_its_lines(unit: str) -> bool:
 
 def is_blank_table(unit: str) -> bool:
     """Whether a repeating unit draws table rows with nothing in them (``|    |    |``,
-    ``+--+--+``): ruled lines alone, no letter or digit."""
+    ``|--+--|``): rules and bars alone, no letter or digit."""
     return "|" in unit and not any(c.isalnum() for c in unit)
 
 
