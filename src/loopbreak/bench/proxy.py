@@ -60,7 +60,7 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -548,36 +548,51 @@ def summarise(name: str, results: Sequence[StreamResult], expected: int, *, held
 def cpu_seconds(pid: int) -> float | None:
     """User plus system CPU seconds of process ``pid`` and every process under it (a
     server's workers; Linux ``/proc``), or ``None``."""
-    total = None
-    for one in process_tree(pid):
-        try:
-            stat = Path(f"/proc/{one}/stat").read_text()
-        except OSError:
-            continue
+    ticks = None
+    for stat in _tree_texts(pid, "stat"):
         fields = stat[stat.rindex(")") + 2 :].split()
-        total = (total or 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        ticks = (ticks or 0) + int(fields[11]) + int(fields[12])
+    return None if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and the processes under it (Linux ``/proc``; ``[pid]`` where unreadable)."""
-    parents: dict[int, list[int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-            parents.setdefault(parent, []).append(int(entry.name))
+    """``pid`` and the processes under it (Linux ``/proc``: each thread's ``children``
+    file, else a scan of every process's parent; ``[pid]`` where neither reads)."""
     tree, todo = [], [pid]
+    parents: dict[int, list[int]] | None = None
     while todo:
         one = todo.pop()
         tree.append(one)
-        todo.extend(parents.get(one, ()))
+        try:
+            todo.extend(int(child) for task in os.listdir(f"/proc/{one}/task")
+                        for child in Path(f"/proc/{one}/task/{task}/children").read_text().split())
+        except OSError:
+            if parents is None:
+                parents = _parents()
+            todo.extend(parents.get(one, ()))
     return tree
+
+
+def _parents() -> dict[int, list[int]]:
+    """Every process's children, by a scan of ``/proc``."""
+    parents: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                for stat in _tree_texts(int(entry.name), "stat", tree=False):
+                    parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+                    parents.setdefault(parent, []).append(int(entry.name))
+    return parents
+
+
+def _tree_texts(pid: int, name: str, *, tree: bool = True) -> Iterator[str]:
+    """``/proc/PID/name`` of ``pid`` (and, with ``tree``, of every process under it), each
+    that could be read."""
+    for one in process_tree(pid) if tree else (pid,):
+        try:
+            yield Path(f"/proc/{one}/{name}").read_text()
+        except OSError:
+            continue
 
 
 def machine_cpu_seconds() -> float | None:
@@ -598,11 +613,7 @@ def rss_bytes(pid: int) -> int | None:
     """``VmRSS`` of process ``pid`` and the processes under it, in bytes (Linux ``/proc``),
     or ``None``."""
     total = None
-    for one in process_tree(pid):
-        try:
-            status = Path(f"/proc/{one}/status").read_text()
-        except OSError:
-            continue
+    for status in _tree_texts(pid, "status"):
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 total = (total or 0) + int(line.split()[1]) * 1024
