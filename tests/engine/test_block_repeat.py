@@ -99,19 +99,33 @@ def _reference(text: str, cfg: BlockRepeatConfig) -> tuple[str, int] | None:
     return None
 
 
-def test_union_bound_filter_keeps_every_decision() -> None:
+@pytest.mark.parametrize("config", [
+    BlockRepeatConfig(block_chars=32, novelty_streak=4, novelty_streak_code=6,
+                      exact_streak=2, max_back=8),
+    # min_back 1: the block just behind is compared too
+    BlockRepeatConfig(block_chars=32, novelty_streak=4, novelty_streak_code=6,
+                      exact_streak=2, min_back=1, max_back=5),
+    BlockRepeatConfig(block_chars=32, novelty_streak=4, novelty_streak_code=6,
+                      exact_streak=2, min_back=4, max_back=4),
+    # long blocks of many distinct shingles, every one taken
+    BlockRepeatConfig(block_chars=320, shingle_step=1, novelty_streak=3,
+                      novelty_streak_code=4, exact_streak=2, max_back=6),
+], ids=["max-back-8", "min-back-1", "one-block-compared", "wide-fields"])
+def test_union_bound_filter_keeps_every_decision(config: BlockRepeatConfig) -> None:
     import random
 
     rng = random.Random(12)
     words = ["Go.", "OK.", "let", "me", "check", "the", "file", "x = f(y)", "\n", "  ", "好。"]
-    config = BlockRepeatConfig(block_chars=32, novelty_streak=4, novelty_streak_code=6,
-                               exact_streak=2, max_back=8)
+    if config.block_chars > 255:
+        # Words that share few shingles: blocks of many distinct shingles.
+        words += ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=9)) for _ in range(60)]
+    unit_sizes = [config.block_chars // 4, config.block_chars // 2, config.block_chars]
     seen = set()
     for _ in range(300):
         pool = rng.sample(words, rng.randint(2, len(words)))
         text = " ".join(rng.choice(pool) for _ in range(rng.randint(20, 400)))
         if rng.random() < 0.3:  # a unit that divides the block: exact repeats
-            unit = (text * 2)[: rng.choice([8, 16, 32])]
+            unit = (text * 10)[: rng.choice(unit_sizes)]
             text = text[: rng.randint(0, 200)] + unit * rng.randint(5, 40)
         expected = _reference(text, config)
         trip = first_trip(BlockRepeatDetector(config), text, size=rng.randint(1, 64))
