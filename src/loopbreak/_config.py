@@ -232,6 +232,13 @@ class CycleConfig(_Section):
                                        "a template with 8 blank rows, 12 is the first clean. "
                                        "0 leaves them to min_span_code.",
                                    low=0, high=65536)
+    code_copies: int = _key(64, "Copies after which any other unit shaped like code is cut, "
+                                "when fewer than min_span_code: a model draws `<td></td>` or "
+                                "`r+:9` until its budget ends, code repeats a short unit a few "
+                                "dozen times. Swept 8-96: 32 trips a stdlib codec table, 48 is "
+                                "the first clean; 64 keeps a margin. 0 leaves them to "
+                                "min_span_code.",
+                            low=0, high=65536)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,12 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
             if unit_looks_like_code(unit):
                 code_span = max(cfg.min_span_code, min_span, copies)
                 blank = "|" in unit and not any(c.isalnum() for c in unit)
-                span = (max(span, min(code_span, cfg.blank_table_copies * p))
-                        if blank and cfg.blank_table_copies else code_span)
+                if blank and cfg.blank_table_copies:
+                    span = max(span, min(code_span, cfg.blank_table_copies * p))
+                elif cfg.code_copies:
+                    span = max(span, min(code_span, cfg.code_copies * p))
+                else:
+                    span = code_span
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p
@@ -50,7 +54,7 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
 
 def _random_text(rng: random.Random) -> str:
     alphabet = rng.choice(["ab", "abc", "Go. OK.\n", "好。执行。", "x y\n  z", "abcdefghij ",
-                           "| -\n", "|a \n"])
+                           "| -\n", "|a \n", "<>/td", "r+:9 "])
     parts = []
     for _ in range(rng.randint(1, 6)):
         if rng.random() < 0.5:
@@ -67,7 +71,8 @@ def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
     text = _random_text(rng)
     cfg = CycleConfig(max_period=rng.choice([8, 30, 64]), min_span_text=rng.choice([16, 33, 64]),
                       min_span_code=rng.choice([64, 100]),
-                      blank_table_copies=rng.choice([0, 3, 12]))
+                      blank_table_copies=rng.choice([0, 3, 12]),
+                      code_copies=rng.choice([0, 5, 64]))
     expected = brute_force(text, cfg, cfg.min_span_text)
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -88,7 +93,8 @@ def test_reasoning_spans_match_brute_force_at_every_split(seed: int) -> None:
                       two_copies_reasoning=rng.choice([0, 10, 40]),
                       two_copies_pool_reasoning=rng.choice([0, 30, 64]),
                       min_span_code=rng.choice([64, 100]),
-                      blank_table_copies=rng.choice([0, 3, 12]))
+                      blank_table_copies=rng.choice([0, 3, 12]),
+                      code_copies=rng.choice([0, 5, 64]))
     expected = brute_force(text, cfg, cfg.min_span_reasoning, "reasoning")
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -333,6 +339,25 @@ def test_blank_table_rows_are_cut_after_a_dozen_copies_and_a_template_is_not() -
     assert trip is not None and trip.evidence["code"] is True
     copies = CycleConfig().blank_table_copies
     assert trip.at - len(head) <= max(CycleConfig().min_span_text, copies * len(row)) + len(row)
-    # with the copies asked off, the rows wait for the code span
-    off = first_trip(CycleDetector(CycleConfig(blank_table_copies=0), "text"), head + row * 400)
+    # with the blank-row copies off, they are code copies; with both off, the code span
+    code = first_trip(CycleDetector(CycleConfig(blank_table_copies=0), "text"), head + row * 400)
+    assert code is not None
+    code_copies = CycleConfig().code_copies
+    assert (code_copies - 1) * len(row) <= code.at - len(head) <= (code_copies + 1) * len(row)
+    off = first_trip(CycleDetector(CycleConfig(blank_table_copies=0, code_copies=0), "text"),
+                     head + row * 400)
     assert off is not None and off.at - len(head) >= CycleConfig().min_span_code - len(row)
+
+
+def test_a_short_code_unit_is_cut_after_code_copies_and_a_data_run_is_not() -> None:
+    # Real AlpacaEval answers: `<td></td>`, `r+:9` and ` 0 | 00` drawn until the budget ends
+    # (alpaca-7b-neft, gemini-pro, xwinlm-7b); stdlib data holds runs of a few dozen copies.
+    head = "Here is the table you asked for:\n<table>\n<tr>"
+    unit = "<td></td>"
+    copies = CycleConfig().code_copies
+    trip = first_trip(CycleDetector(channel="text"), head + unit * 300)
+    assert trip is not None and trip.evidence["code"] is True
+    assert (copies - 1) * len(unit) <= trip.at - len(head) <= (copies + 1) * len(unit)
+    assert trip.at - len(head) < CycleConfig().min_span_code
+    data = "ZEROS = [" + "0, " * (copies - 8) + "0]\n\ndef f(x):\n    return x + 1\n"
+    assert first_trip(CycleDetector(channel="text"), data) is None

@@ -217,6 +217,10 @@ def standard_sweeps() -> list[Sweep]:
               ((0, 64, 128, 192, 256),), (0,), _PERIODIC),
         Sweep("cycle blank table rows (text)", "cycle", "text", ("cycle.blank_table_copies",),
               ((4, 6, 8, 12, 16),), (4,), _PERIODIC),
+        Sweep("cycle code copies (text)", "cycle", "text", ("cycle.code_copies",),
+              ((0, 8, 16, 24, 32, 48, 64, 96),), (8,), _PERIODIC),
+        Sweep("cycle code copies (reasoning)", "cycle", "reasoning", ("cycle.code_copies",),
+              ((0, 8, 16, 24, 32, 48, 64, 96),), (8,), _PERIODIC),
         Sweep("counter-cycle word share (reasoning)", "counter-cycle", "reasoning",
               ("counter_cycle.min_word_share",), ((0.0, 0.1, 0.25, 0.5, 0.75),), (0.0,),
               _COUNTED),
@@ -458,7 +462,7 @@ def leave_one_source_out(
 
 LOSO_NAMES = (
     "cycle (text)", "cycle third copy (text)", "cycle third copy (reasoning)",
-    "cycle blank table rows (text)",
+    "cycle blank table rows (text)", "cycle code copies (text)",
     "counter-cycle numbers per word (text)", "counter-cycle span (text)",
     "counter-cycle span (reasoning)", "char-run (text)", "control-tokens (text)",
     "degeneracy (text)", "lines mass and window (text)",

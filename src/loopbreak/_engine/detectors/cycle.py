@@ -17,7 +17,9 @@ or data (``shape.unit_looks_like_code``) must repeat over ``min_span_code`` inst
 code repeats verbatim for good reasons (CPython's stdlib holds periodic
 stretches up to 1,030 characters). Blank table rows (``|   |   |``, no letter or
 digit) are cut after ``blank_table_copies`` copies when that comes sooner: a
-template leaves a few rows blank, a looping small model draws hundreds.
+template leaves a few rows blank, a looping small model draws hundreds; any other
+code-shaped unit after ``code_copies`` copies when that comes sooner (``<td></td>``
+or ``r+:9`` drawn until the budget ends; code repeats a short unit a few dozen times).
 
 The period cap must sit above every period ever measured: a cap below the real
 period fails silently, which is how the seed plugin once missed a 409-character
@@ -57,6 +59,11 @@ two 104-character lines once (period 208) and a trace that restated a
 235-character ``OK.`` / ``Output.`` round), spares both and keeps every DeepSeek
 cut; one Qwen3 paraphrase loop that cycle once caught 5,400 characters late
 is left to the other rules.
+
+Measured 2026-12-02 (``calibrate --only "cycle code copies"``): a short code-shaped unit
+cut after 64 copies instead of the 1,536-character code span cuts 7 more loops on the
+text channel (AlpacaEval and ja-vicuna answers drawing markup or symbol strings) and
+trips nothing clean; 32 copies trip a stdlib codec table, 48 is the first clean.
 """
 
 from __future__ import annotations
@@ -116,6 +123,7 @@ class CycleDetector:
         self._span_cap = min_span
         self._min_span_code = max(min_span, cfg.min_span_code)
         self._blank_table_copies = cfg.blank_table_copies
+        self._code_copies = cfg.code_copies
         # The least any unit needs: the anchor search below is sized for it.
         min_span = self._three_copies or min_span
         self._min_span = min_span
@@ -207,6 +215,8 @@ class CycleDetector:
             # Blank table rows: a template leaves a few, a loop draws them on and on.
             return max(self._span(period, pool),
                        min(code_span, self._blank_table_copies * period))
+        if self._code_copies:
+            return max(self._span(period, pool), min(code_span, self._code_copies * period))
         return code_span
 
     def _reading(self, delta: str) -> str:
