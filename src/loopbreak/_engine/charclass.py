@@ -1,4 +1,4 @@
-"""Character classes for the degeneracy rule: space, emoji, meaning, symbol.
+"""Character classes the rules share, and the degeneracy rule's: space, emoji, meaning, symbol.
 
 ``meaning`` is letters, digits and combining marks of any script: a block that
 carries words carries meaning. ``emoji`` is Unicode's ``Extended_Pictographic``
@@ -11,12 +11,21 @@ another character and must not dilute a share or break a run.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from bisect import bisect_right
 
 CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 """Kana, CJK ideographs and Hangul, as a regular-expression class body: scripts written
 without spaces, whose every character the word-reading rules take as a word."""
+
+LAYOUT_CHARS = frozenset(" \t\u3000-=_*~.·•─━═┄┈│|+#")
+"""Characters that draw layout (padding, rules, table borders, dot leaders): char-run lets
+them run longer, char-flood never takes them for a flood's filler."""
+
+CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]")
+"""A chat-template control token written as text (control-tokens counts them, char-flood
+reads a block without them)."""
 
 SPACE = "s"
 EMOJI = "e"

@@ -8,7 +8,7 @@ digits are meaning to it), so no other rule sees them.
 
 The stream is cut into disjoint blocks of ``block_chars`` (``blocks.BlockCutter``). A
 block counts when one character that is not space, does not draw layout (dashes,
-dots, box drawing: ``char_run.LAYOUT_CHARS``) and is not an ASCII letter (code spells
+dots, box drawing: ``charclass.LAYOUT_CHARS``) and is not an ASCII letter (code spells
 test data with them) makes at least ``min_share`` of its
 non-space characters (leaked control tokens taken out, whole or cut by the block's
 edges), and non-space is at least half the block; ``streak`` such blocks
@@ -27,8 +27,7 @@ import string
 
 from loopbreak._config import CharFloodConfig
 from loopbreak._engine.blocks import BlockCutter
-from loopbreak._engine.detectors.char_run import LAYOUT_CHARS
-from loopbreak._engine.detectors.control_tokens import CONTROL_TOKEN
+from loopbreak._engine.charclass import CONTROL_TOKEN, LAYOUT_CHARS
 from loopbreak._engine.trip import Channel, Trip
 
 CHAR_FLOOD = "char-flood"

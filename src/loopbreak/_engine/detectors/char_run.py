@@ -22,12 +22,10 @@ from __future__ import annotations
 import re
 
 from loopbreak._config import CharRunConfig
+from loopbreak._engine.charclass import LAYOUT_CHARS
 from loopbreak._engine.trip import Channel, Trip
 
 CHAR_RUN = "char-run"
-
-LAYOUT_CHARS = frozenset(" \t\u3000-=_*~.·•─━═┄┈│|+#")
-"""Characters that draw layout (padding, rules, table borders, dot leaders)."""
 
 
 class CharRunDetector:

@@ -12,16 +12,13 @@ explains a chat template quotes a handful (a three-turn ChatML example holds six
 
 from __future__ import annotations
 
-import re
 from collections import deque
 
 from loopbreak._config import ControlTokensConfig
+from loopbreak._engine.charclass import CONTROL_TOKEN
 from loopbreak._engine.trip import Channel, Trip
 
 CONTROL_TOKENS = "control-tokens"
-
-# A chat-template control token written as text (shared with char-flood).
-CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]")
 # The longest a control token can be, so a carried piece stays short.
 _MAX_TOKEN = 46
 
