@@ -93,9 +93,8 @@ class LinesDetector:
         trip = self._close_line(pos)
         if trip is not None:
             return trip
-        for piece in itertools.islice(pieces, 1, None):
-            pos += len(piece) + 1
-            trip = self._judge_line(piece, len(piece), pos)
+        if len(pieces) > 1:
+            trip = self._judge_lines(pieces, pos)
             if trip is not None:
                 return trip
         self._extend(last)
@@ -139,6 +138,69 @@ class LinesDetector:
         self._add(key, length)
         while self._mass > cfg.window_chars and len(self._window) > 1:
             self._remove(*self._window.popleft())
+        return self._verdict(at)
+
+    def _judge_lines(self, pieces: list[str], pos: int) -> Trip | None:
+        """``pieces[1:]`` are whole lines, the first starting at stream position ``pos``:
+        ``_judge_line`` for each, inlined with its state in locals (a number per line
+        is a line every few characters)."""
+        cfg = self._config
+        longest, max_line, min_line = 4 * cfg.max_line_chars, cfg.max_line_chars, \
+            cfg.min_line_chars
+        skip_indented, window_chars, min_mass = not cfg.count_indented, cfg.window_chars, \
+            cfg.min_mass
+        counts, window = self._counts, self._window
+        mass, repeated = self._mass, self._repeated
+        key: Hashable
+        try:
+            for line in itertools.islice(pieces, 1, None):
+                raw = len(line)
+                pos += raw + 1
+                if raw > longest:
+                    length = raw
+                    key = _Overlong()
+                else:
+                    if skip_indented and line.startswith(("  ", "\t")) and not line.isspace():
+                        continue
+                    stripped = line.strip()
+                    length = len(stripped)
+                    if length > 1 and stripped[0] == "|" and stripped[-1] == "|":
+                        continue  # a table row
+                    if length < min_line:
+                        continue
+                    key = _Overlong() if length > max_line else stripped
+                count = counts.get(key, 0) + 1
+                counts[key] = count
+                window.append((key, length))
+                mass += length
+                if count == 2:
+                    repeated += 2 * length
+                elif count > 2:
+                    repeated += length
+                while mass > window_chars and len(window) > 1:
+                    old, old_length = window.popleft()
+                    left = counts[old] - 1
+                    mass -= old_length
+                    if left == 0:
+                        del counts[old]
+                    else:
+                        counts[old] = left
+                    if left == 1:
+                        repeated -= 2 * old_length
+                    elif left > 1:
+                        repeated -= old_length
+                if repeated >= min_mass:
+                    self._mass, self._repeated = mass, repeated
+                    trip = self._verdict(pos)
+                    if trip is not None:
+                        return trip
+            return None
+        finally:
+            self._mass, self._repeated = mass, repeated
+
+    def _verdict(self, at: int) -> Trip | None:
+        """The trip at stream position ``at``, when the window now holds a pool."""
+        cfg = self._config
         if self._repeated < cfg.min_mass:
             return None
         coverage = self._repeated / self._mass
