@@ -34,8 +34,6 @@ the first clean, 768 keeps a margin). Of the 6 runaway lists SmolLM2-135M wrote
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from itertools import accumulate
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.charclass import CJK_RANGES
@@ -119,19 +117,19 @@ class CounterCycleDetector(CycleDetector):
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose
         self._after_digit = False
-        # Digits dropped from the reading: (reading position they follow, total dropped up
-        # to and including them), to map a reading position back to the stream.
-        self._drop_at: list[int] = []
-        self._drop_total: list[int] = []
-        self._dropped = 0
+        # The deltas whose reading dropped digits: (reading position where the delta's
+        # reading starts and ends, the delta with digits read as 0, whether its leading
+        # digits went on from the last delta's). A reading position is mapped back to the
+        # stream only when a trip is found, so a delta costs no more than its reading.
+        self._drops: list[tuple[int, int, str, bool]] = []
+        # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
 
     def reset(self) -> None:
         super().reset()
         self._after_digit = False
-        self._drop_at.clear()
-        self._drop_total.clear()
-        self._dropped = self._forgotten = 0
+        self._drops.clear()
+        self._forgotten = 0
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
         # A counted template must show more copies than cycle asks of a verbatim unit.
@@ -139,69 +137,54 @@ class CounterCycleDetector(CycleDetector):
 
     def _reading(self, delta: str) -> str:
         mapped = digits_as_zero(delta)
-        if "00" not in mapped and not (self._after_digit and mapped[:1] == "0"):
+        goes_on = self._after_digit and mapped[:1] == "0"
+        if mapped:
+            self._after_digit = mapped[-1] == "0"
+        if "00" not in mapped and not goes_on:
             # No digit follows a digit: the reading keeps every character.
-            self._after_digit = mapped[-1:] == "0" if mapped else self._after_digit
             return mapped
-        # Reading position before this delta: every earlier character was read.
+        # Each run of n digits keeps its first; a run that went on from the last delta
+        # keeps none here.
+        reading = _ZERO_RUN.sub("0", mapped)
+        if goes_on:
+            reading = reading[1:]
         done = self._done
-        if self._after_digit and mapped[:1] == "0":
-            lead = len(mapped) - len(mapped.lstrip("0"))
-            self._note_drop(done, lead)
-            mapped = mapped[lead:]
-            if not mapped:
-                return mapped
-        # Each run of n digits keeps its first: n - 1 dropped after the reading position
-        # of the kept one. Counted with C-level helpers: a number per line is one run
-        # every few characters.
-        spans = [m.span() for m in _ZERO_RUN.finditer(mapped)]
-        if spans:
-            lost = [end - begin - 1 for begin, end in spans]
-            before = list(accumulate(lost, initial=0))
-            positions = [done + begin + 1 - b
-                         for (begin, _), b in zip(spans, before[:-1], strict=True)]
-            self._note_drops(positions, lost)
-            mapped = _ZERO_RUN.sub("0", mapped)
-        self._after_digit = mapped[-1] == "0"
-        return mapped
-
-    def _note_drops(self, positions: list[int], counts: list[int]) -> None:
-        """Several drops at increasing reading positions, the first at or after the last
-        one noted (a run that went on from the last delta adds to it)."""
-        base = self._dropped
-        totals = list(accumulate(counts, initial=base))
-        del totals[0]
-        self._dropped = totals[-1]
-        if self._drop_at and self._drop_at[-1] == positions[0]:
-            self._drop_total[-1] = totals[0]
-            positions, totals = positions[1:], totals[1:]
-        self._drop_at.extend(positions)
-        self._drop_total.extend(totals)
-        if len(self._drop_at) > 4096:
+        drops = self._drops
+        drops.append((done, done + len(reading), mapped, goes_on))
+        if len(drops) > 4096:
             self._forget()
-
-    def _note_drop(self, position: int, count: int) -> None:
-        self._dropped += count
-        if self._drop_at and self._drop_at[-1] == position:
-            self._drop_total[-1] = self._dropped
-            return
-        self._drop_at.append(position)
-        self._drop_total.append(self._dropped)
-        if len(self._drop_at) > 4096:
-            self._forget()
+        return reading
 
     def _forget(self) -> None:
-        # Positions far behind the buffer can no longer be asked for.
-        keep_from = bisect_left(self._drop_at, self._base)
-        if keep_from:
-            self._forgotten = self._drop_total[keep_from - 1]
-            del self._drop_at[:keep_from]
-            del self._drop_total[:keep_from]
+        # Deltas that end before the buffer can no longer be asked for.
+        drops = self._drops
+        keep_from = 0
+        while keep_from < len(drops) and drops[keep_from][1] < self._base:
+            start, end, mapped, _ = drops[keep_from]
+            self._forgotten += len(mapped) - (end - start)
+            keep_from += 1
+        del drops[:keep_from]
 
     def _original(self, at: int) -> int:
-        # Digits dropped after reading position ``p`` count once ``at`` passes ``p``.
-        i = bisect_left(self._drop_at, at)
-        return at + (self._drop_total[i - 1] if i else self._forgotten)
+        # A dropped digit counts once ``at`` passes the reading position just after the
+        # digit its run kept (for a run that went on from the last delta: where this
+        # delta's reading starts).
+        dropped = self._forgotten
+        for start, _end, mapped, goes_on in self._drops:
+            if start >= at:
+                break
+            body = 0
+            if goes_on:
+                body = len(mapped) - len(mapped.lstrip("0"))
+                dropped += body
+            before = 0  # digits of this delta dropped after the leading run, so far
+            for run in _ZERO_RUN.finditer(mapped, body):
+                if start + run.start() - body - before + 1 >= at:
+                    break
+                lost = run.end() - run.start() - 1
+                dropped += lost
+                before += lost
+        return at + dropped
 
     def _may_end_here(self, n0: int, n1: int) -> bool:
         # A unit that counts holds a digit and ends in (n0, n1], so it lies within
