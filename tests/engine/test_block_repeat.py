@@ -107,10 +107,13 @@ def _reference(text: str, cfg: BlockRepeatConfig) -> tuple[str, int] | None:
                       exact_streak=2, min_back=1, max_back=5),
     BlockRepeatConfig(block_chars=32, novelty_streak=4, novelty_streak_code=6,
                       exact_streak=2, min_back=4, max_back=4),
+    # many compared blocks: the shingle sets of several generations bound the overlap
+    BlockRepeatConfig(block_chars=16, novelty_streak=4, novelty_streak_code=6,
+                      exact_streak=2, min_back=2, max_back=40),
     # long blocks of many distinct shingles, every one taken
     BlockRepeatConfig(block_chars=320, shingle_step=1, novelty_streak=3,
                       novelty_streak_code=4, exact_streak=2, max_back=6),
-], ids=["max-back-8", "min-back-1", "one-block-compared", "wide-fields"])
+], ids=["max-back-8", "min-back-1", "one-block-compared", "max-back-40", "long-blocks"])
 def test_union_bound_filter_keeps_every_decision(config: BlockRepeatConfig) -> None:
     import random
 
@@ -132,3 +135,23 @@ def test_union_bound_filter_keeps_every_decision(config: BlockRepeatConfig) -> N
         assert (None if trip is None else (trip.rule, trip.at)) == expected
         seen.add(None if expected is None else expected[0])
     assert seen == {None, "exact-repeat", "low-novelty"}
+
+
+@pytest.mark.parametrize("max_back", [8, 17, 33, 40, 64])
+def test_a_block_that_repeats_only_the_farthest_compared_one_is_found(max_back: int) -> None:
+    # The union that bounds the overlaps must hold the farthest compared block however the
+    # generations of its shingle sets have turned over.
+    import random
+
+    rng = random.Random(max_back)
+    config = BlockRepeatConfig(block_chars=16, exact_streak=2, novelty_streak=3,
+                               novelty_streak_code=3, min_back=2, max_back=max_back)
+    for offset in range(0, 40, 3):
+        warm = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(16 * offset))
+        blocks = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(16))
+                  for _ in range(max_back)]
+        text = warm + "".join(blocks) + "".join(blocks)
+        expected = _reference(text, config)
+        trip = first_trip(BlockRepeatDetector(config), text, size=7)
+        assert expected is not None
+        assert (None if trip is None else (trip.rule, trip.at)) == expected

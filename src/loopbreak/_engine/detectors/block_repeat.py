@@ -42,7 +42,8 @@ from loopbreak._engine.shape import looks_like_code
 from loopbreak._engine.trip import Channel, Trip
 
 EXACT_REPEAT = "exact-repeat"
-_REBUILD_EVERY = 16
+# Compared blocks whose shingles one generation set gathers.
+_GENERATION = 16
 # Floating-point room for the size test: it may let a hopeless block through, never skip one
 # that reaches the threshold.
 _SLACK = 1e-9
@@ -58,12 +59,15 @@ class BlockRepeatDetector:
         self._channel: Channel = channel
         self._cutter = BlockCutter(self._config.block_chars)
         self._recent: deque[tuple[str, set[Shingle]]] = deque(maxlen=self._config.max_back)
-        # Every shingle of the compared blocks (min_back..max_back back), and perhaps of
-        # up to _REBUILD_EVERY blocks that left since it was last rebuilt: a superset
-        # bounds the overlap from above just as well, and it grows with one C-level union
-        # per block instead of a count per shingle.
-        self._compared: set[Shingle] = set()
-        self._pushed = 0
+        # The shingles of the blocks that entered the compared window (min_back..max_back
+        # back), _GENERATION blocks to a set, newest last: enough sets to hold every
+        # compared block and perhaps a few that left. Their union bounds the overlap from
+        # above just as well as the compared blocks' own; it grows with one C-level union
+        # per block and forgets by dropping the oldest set, never by counting shingles.
+        compared = self._config.max_back - self._config.min_back + 1
+        self._keep_generations = 1 + -(-(compared - 1) // _GENERATION)
+        self._generations: deque[set[Shingle]] = deque([set()])
+        self._in_newest = 0
         # How many of the compared blocks hold each block text.
         self._compared_texts: dict[str, int] = {}
         self._exact_run = 0
@@ -77,8 +81,8 @@ class BlockRepeatDetector:
     def reset(self) -> None:
         self._cutter.reset()
         self._recent.clear()
-        self._compared.clear()
-        self._pushed = 0
+        self._generations = deque([set()])
+        self._in_newest = 0
         self._compared_texts.clear()
         self._exact_run = self._novelty_run = 0
         self._code_in_run = False
@@ -98,10 +102,10 @@ class BlockRepeatDetector:
         # Jaccard(A, B) <= |A & B| / |A| <= |A & union of compared blocks| / |A|: when that
         # bound is under the threshold no single comparison can reach it (skips ~80% of clean
         # blocks, with the same decisions).
-        known = grams & self._compared
         size = len(grams)
+        known = size - len(grams.difference(*self._generations))
         threshold = cfg.novelty_overlap
-        if len(known) >= threshold * size:
+        if known >= threshold * size:
             if block in self._compared_texts:
                 exact, best = True, 1.0
             else:
@@ -109,7 +113,7 @@ class BlockRepeatDetector:
                 # most min(|known|, |B|): blocks of the wrong size are passed over without
                 # being intersected (about 60% of those left on clean code).
                 ratio = threshold / (1.0 + threshold)
-                most = len(known)
+                most = known
                 recent = self._recent
                 # Nearest first: a loop resembles the blocks just behind it. The first overlap
                 # that reaches the threshold decides; the rest cannot change the decision.
@@ -119,8 +123,7 @@ class BlockRepeatDetector:
                     if (most if most < other_size else other_size) < (
                             ratio * (size + other_size) - _SLACK):
                         continue
-                    # Every compared block is inside the union: its common part is in known.
-                    common = len(known & other)  # jaccard(), inlined: this loop is hot
+                    common = len(grams & other)  # jaccard(), inlined: this loop is hot
                     overlap = common / (size + other_size - common) if common else 0.0
                     if overlap > best:
                         best = overlap
@@ -157,13 +160,14 @@ class BlockRepeatDetector:
             return
         entering = recent[-back]
         self._compared_texts[entering[0]] = self._compared_texts.get(entering[0], 0) + 1
-        self._pushed += 1
-        if self._pushed % _REBUILD_EVERY:
-            self._compared |= entering[1]
-        else:
-            compared = [g for _, g in recent]
-            del compared[len(compared) - back + 1 :]
-            self._compared = set().union(*compared)
+        generations = self._generations
+        if self._in_newest == _GENERATION:
+            generations.append(set())
+            if len(generations) > self._keep_generations:
+                generations.popleft()
+            self._in_newest = 0
+        generations[-1] |= entering[1]
+        self._in_newest += 1
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:
