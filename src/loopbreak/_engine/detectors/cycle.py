@@ -153,6 +153,9 @@ class CycleDetector:
         # rotations of it while the run reaches back there, and every rule that accepts a
         # unit gives all its rotations (and repetitions) the same verdict.
         self._rejected: dict[int, int] = {}
+        # The same for a unit judged to count: where, and the span it needs (less its
+        # period), so a loop in full swing is not judged again every step.
+        self._accepted: dict[int, tuple[int, int]] = {}
         # Candidates up to this shift are exactly the multiples of the nearest one.
         self._multiples_upto = 0
         # The current batch (deltas up to one step that share an anchor) and the periods
@@ -242,6 +245,7 @@ class CycleDetector:
         self._runs.clear()
         self._next_runs.clear()
         self._rejected.clear()
+        self._accepted.clear()
         self._multiples_upto = 0
 
     def feed(self, delta: str) -> Trip | None:
@@ -393,11 +397,16 @@ class CycleDetector:
             at = max(n0 + 1, n0 + need - run, need + period)
             if at > n1:
                 return None, vouched
-            unit = buf[at - base - period : at - base]
-            if not self._accepts(unit):
-                self._rejected[period] = at
-                return None, vouched
-            unit_need = self._unit_span(unit) - period
+            accepted = self._accepted.get(period)
+            if accepted is not None and run >= n0 - accepted[0]:
+                unit_need = accepted[1]
+            else:
+                unit = buf[at - base - period : at - base]
+                if not self._accepts(unit):
+                    self._rejected[period] = at
+                    return None, vouched
+                unit_need = self._unit_span(unit) - period
+                self._accepted[period] = (at, unit_need)
             if unit_need != need:
                 at = max(n0 + 1, n0 + unit_need - run, unit_need + period)
             return (at if at <= n1 else None), 0
@@ -416,11 +425,16 @@ class CycleDetector:
                     rejected = self._rejected.get(period)
                     if rejected is not None and run >= m + base - rejected:
                         return None, 0
-                    unit = buf[m - period : m]
-                    if not self._accepts(unit):
-                        self._rejected[period] = m + base
-                        return None, 0
-                    shape_need = self._unit_span(unit) - period
+                    accepted = self._accepted.get(period)
+                    if accepted is not None and run >= m + base - accepted[0]:
+                        shape_need = accepted[1]
+                    else:
+                        unit = buf[m - period : m]
+                        if not self._accepts(unit):
+                            self._rejected[period] = m + base
+                            return None, 0
+                        shape_need = self._unit_span(unit) - period
+                        self._accepted[period] = (m + base, shape_need)
                 if run >= shape_need and m + base >= shape_need + period:
                     return m + base, 0
         return None, 0
