@@ -259,3 +259,33 @@ def test_the_litellm_hook_ends_a_monologue_like_the_proxy() -> None:
     assert isinstance(steered, dict)
     assert steered["messages"][-1]["content"] == render("monologue.steer", replies=2)
     assert ended == render("monologue.stop", replies=3)
+
+
+def test_a_replayed_calls_reasoning_grams_are_kept_between_requests() -> None:
+    # The proxy replays the history on every request: the last calls' 4-grams are made once.
+    from loopbreak._recovery import history
+
+    def body(reasoning: str) -> dict[str, Any]:
+        return {"messages": [
+            {"role": "user", "content": "Fix the bug."},
+            {"role": "assistant", "content": "", "reasoning_content": reasoning,
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "read_file", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ]}
+
+    history.clear_caches()
+    short = "let me read the module and check the failing test first. " * 20
+    first = history._reasoning_grams(short)
+    assert len(first) > 40
+    hits = history._cached_grams.cache_info().hits
+    replay_history(body(short), "openai", Config())
+    replay_history(body(short), "openai", Config())
+    assert history._cached_grams.cache_info().hits == hits + 2
+    assert history._reasoning_grams(short) is first
+    long = "".join(f"step {i}: read file m{i}.py and compare. " for i in range(400))
+    assert len(long) > history._CACHED_REASONING_CHARS
+    assert history._reasoning_grams(long) is not history._reasoning_grams(long)
+    history.clear_caches()
+    again = history._reasoning_grams(short)
+    assert again is not first and again.sample(0) == first.sample(0)

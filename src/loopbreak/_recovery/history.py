@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 from loopbreak._config import Config
@@ -26,6 +27,7 @@ from loopbreak._engine.notices import TEXTS
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
+from loopbreak._engine.tool_failure import clear_caches as _clear_tool_caches
 from loopbreak._engine.trip import Trip
 from loopbreak._recovery.requests import requested_dialect, thinking_off
 
@@ -39,6 +41,11 @@ __all__ = ["HistoryView", "Kind", "replay", "session_key", "thinking_off", "tool
 CUT_MARKERS = tuple(TEXTS[lang][name].split("{", 1)[0].strip()
                     for lang in TEXTS for name in ("cut.reasoning", "cut.text"))
 _NOTICE_TAG = "[loopbreak]"
+# A proxy replays the whole history on every request, and the last few calls' reasoning
+# (whose 4-grams the stall rule compares) comes back in each one: their gram sets are kept,
+# for reasoning up to this long, a bounded number of them (about 0.6 MB each at most).
+_CACHED_REASONING_CHARS = 8192
+_GRAMS_CACHE_SIZE = 32
 
 
 def _text_of(content: Any) -> str:
@@ -171,8 +178,7 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             session.count_call()
             grams = None
             if i in keep:
-                grams = GramSet()
-                grams.feed(m.reasoning)
+                grams = _reasoning_grams(m.reasoning)
             cut = any(marker in m.text for marker in CUT_MARKERS)
             if cut:
                 view.cuts_this_turn += 1
@@ -193,6 +199,29 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
                 view.guidance[(m.index, m.block)] = guidance
     view.language_sample = session.language
     return view
+
+
+def _reasoning_grams(reasoning: str) -> GramSet:
+    """The 4-grams of a replayed call's reasoning; the same set for the same text while it is
+    kept (the stall rule only reads it)."""
+    if len(reasoning) <= _CACHED_REASONING_CHARS:
+        return _cached_grams(reasoning)
+    grams = GramSet()
+    grams.feed(reasoning)
+    return grams
+
+
+@lru_cache(maxsize=_GRAMS_CACHE_SIZE)
+def _cached_grams(reasoning: str) -> GramSet:
+    grams = GramSet()
+    grams.feed(reasoning)
+    return grams
+
+
+def clear_caches() -> None:
+    """Forget everything replays keep between requests (a benchmark's cold start)."""
+    _cached_grams.cache_clear()
+    _clear_tool_caches()
 
 
 def with_guidance(body: dict[str, Any], view: HistoryView) -> dict[str, Any]:

@@ -233,14 +233,13 @@ def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     """The proxy's replay of an 800-call history (what it does on every request): the
     first time with the tool-result caches empty, then as every later request finds them."""
     from loopbreak._config import Config
-    from loopbreak._engine import tool_failure
-    from loopbreak._recovery.history import replay
+    from loopbreak._recovery.history import clear_caches, replay
 
     body = history_body(max(20, int(800 * scale)))
     size = len(json.dumps(body))
     config = Config()
     calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
-    tool_failure.clear_caches()
+    clear_caches()
     return PartResult("history replay", f"{calls:,} calls, {size / 1e6:.1f} MB (first run "
                       "cold)", TARGET_HISTORY_MS,
                       _timed(lambda: replay(body, "openai", config), repeats, clock))
