@@ -216,3 +216,22 @@ def test_off_switch_and_config_errors() -> None:
     assert Config().replace(**{"counter_cycle.enabled": False}).counter_cycle.enabled is False
     with pytest.raises(Exception, match=r"counter_cycle.min_word_share"):
         CounterCycleConfig(min_word_share=1.5)
+
+
+def test_an_endless_number_a_digit_a_delta_keeps_memory_flat_and_the_trip_in_place() -> None:
+    # Digits that only go on with the last number drop where the reading stands: one entry,
+    # however many deltas bring them, and a later trip lands on the same character at any split.
+    loop = "".join(f"Step {i}: the count is {i * 37 % 1000} now.\n" for i in range(120))
+    text = "Here is the number: " + "7" * 30_000 + ", and now the steps.\n" + loop
+    detector = CounterCycleDetector(channel="text")
+    for digit in text[: 20 + 30_000]:
+        assert detector.feed(digit) is None
+    assert len(detector._drops) <= 2
+    one_by_one = detector
+    for char in text[20 + 30_000 :]:
+        trip = one_by_one.feed(char)
+        if trip is not None:
+            break
+    whole = first_trip(CounterCycleDetector(channel="text"), text, size=997)
+    assert trip is not None and whole is not None
+    assert trip.at == whole.at and trip.at > 30_000

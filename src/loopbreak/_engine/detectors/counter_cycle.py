@@ -119,9 +119,10 @@ class CounterCycleDetector(CycleDetector):
         self._after_digit = False
         # The deltas whose reading dropped digits: (reading position where the delta's
         # reading starts and ends, the delta with digits read as 0, whether its leading
-        # digits went on from the last delta's). A reading position is mapped back to the
-        # stream only when a trip is found, so a delta costs no more than its reading.
-        self._drops: list[tuple[int, int, str, bool]] = []
+        # digits went on from the last delta's, digits dropped after it by deltas that only
+        # went on with its last number). A reading position is mapped back to the stream
+        # only when a trip is found, so a delta costs no more than its reading.
+        self._drops: list[tuple[int, int, str, bool, int]] = []
         # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
 
@@ -150,7 +151,16 @@ class CounterCycleDetector(CycleDetector):
             reading = reading[1:]
         done = self._done
         drops = self._drops
-        drops.append((done, done + len(reading), mapped, goes_on))
+        if not reading:
+            # Only more digits of the last number (an endless one, a digit a delta): they
+            # drop where the reading stands, counted on the entry that ends there.
+            if drops and drops[-1][1] == done:
+                start, end, last, last_goes_on, after = drops[-1]
+                drops[-1] = (start, end, last, last_goes_on, after + len(mapped))
+            else:
+                drops.append((done, done, "", False, len(mapped)))
+            return reading
+        drops.append((done, done + len(reading), mapped, goes_on, 0))
         if len(drops) > 4096:
             self._forget()
         return reading
@@ -160,8 +170,8 @@ class CounterCycleDetector(CycleDetector):
         drops = self._drops
         keep_from = 0
         while keep_from < len(drops) and drops[keep_from][1] < self._base:
-            start, end, mapped, _ = drops[keep_from]
-            self._forgotten += len(mapped) - (end - start)
+            start, end, mapped, _, after = drops[keep_from]
+            self._forgotten += len(mapped) - (end - start) + after
             keep_from += 1
         del drops[:keep_from]
 
@@ -170,9 +180,11 @@ class CounterCycleDetector(CycleDetector):
         # digit its run kept (for a run that went on from the last delta: where this
         # delta's reading starts).
         dropped = self._forgotten
-        for start, _end, mapped, goes_on in self._drops:
+        for start, end, mapped, goes_on, after in self._drops:
             if start >= at:
                 break
+            if end < at:
+                dropped += after
             body = 0
             if goes_on:
                 body = len(mapped) - len(mapped.lstrip("0"))
