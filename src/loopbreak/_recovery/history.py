@@ -201,21 +201,21 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
     return view
 
 
+def _grams_of(reasoning: str) -> GramSet:
+    grams = GramSet()
+    grams.feed(reasoning)
+    return grams
+
+
+_cached_grams = lru_cache(maxsize=_GRAMS_CACHE_SIZE)(_grams_of)
+
+
 def _reasoning_grams(reasoning: str) -> GramSet:
     """The 4-grams of a replayed call's reasoning; the same set for the same text while it is
     kept (the stall rule only reads it)."""
     if len(reasoning) <= _CACHED_REASONING_CHARS:
         return _cached_grams(reasoning)
-    grams = GramSet()
-    grams.feed(reasoning)
-    return grams
-
-
-@lru_cache(maxsize=_GRAMS_CACHE_SIZE)
-def _cached_grams(reasoning: str) -> GramSet:
-    grams = GramSet()
-    grams.feed(reasoning)
-    return grams
+    return _grams_of(reasoning)
 
 
 def clear_caches() -> None:

@@ -214,12 +214,11 @@ class CycleDetector:
         if not code:
             return self._span(period, pool)
         code_span = self._code_span(period, pool)
-        if self._blank_table_copies and is_blank_table(unit):
-            # Blank table rows: a template leaves a few, a loop draws them on and on.
-            return max(self._span(period, pool),
-                       min(code_span, self._blank_table_copies * period))
-        if self._code_copies:
-            return max(self._span(period, pool), min(code_span, self._code_copies * period))
+        # Blank table rows: a template leaves a few, a loop draws them on and on.
+        copies = (self._blank_table_copies if self._blank_table_copies and is_blank_table(unit)
+                  else self._code_copies)
+        if copies:
+            return max(self._span(period, pool), min(code_span, copies * period))
         return code_span
 
     def _reading(self, delta: str) -> str:
@@ -325,6 +324,24 @@ class CycleDetector:
         self._next_runs.clear()
         return best
 
+    def _unit_need(self, end: int, period: int, reach: int) -> int | None:
+        """The span less ``period`` that the unit ending at stream position ``end`` needs,
+        ``None`` when it does not count. The stream repeats with ``period`` from ``reach``
+        on: a unit judged there or later stands for this one, a rotation of it."""
+        rejected = self._rejected.get(period)
+        if rejected is not None and reach <= rejected:
+            return None
+        accepted = self._accepted.get(period)
+        if accepted is not None and reach <= accepted[0]:
+            return accepted[1]
+        unit = self._buf[end - self._base - period : end - self._base]
+        if not self._accepts(unit):
+            self._rejected[period] = end
+            return None
+        need = self._unit_span(unit) - period
+        self._accepted[period] = (end, need)
+        return need
+
     def _candidate_periods(self) -> list[int]:
         """The shifts, nearest first, at which the anchor of the current batch recurs."""
         buf, g = self._buf, self._anchor
@@ -390,23 +407,12 @@ class CycleDetector:
             return None, (vouched if repeats else 0)
         if repeats:
             # The whole step repeats (a loop in full swing): the run grows by one per character.
-            rejected = self._rejected.get(period)
-            if rejected is not None and run >= n0 - rejected:
-                # Every window of this step is a rotation of a unit that does not count.
-                return None, vouched
             at = max(n0 + 1, n0 + need - run, need + period)
             if at > n1:
                 return None, vouched
-            accepted = self._accepted.get(period)
-            if accepted is not None and run >= n0 - accepted[0]:
-                unit_need = accepted[1]
-            else:
-                unit = buf[at - base - period : at - base]
-                if not self._accepts(unit):
-                    self._rejected[period] = at
-                    return None, vouched
-                unit_need = self._unit_span(unit) - period
-                self._accepted[period] = (at, unit_need)
+            unit_need = self._unit_need(at, period, n0 - run)
+            if unit_need is None:
+                return None, vouched
             if unit_need != need:
                 at = max(n0 + 1, n0 + unit_need - run, unit_need + period)
             return (at if at <= n1 else None), 0
@@ -422,19 +428,9 @@ class CycleDetector:
                 self._next_runs[period] = min(cap, run)
             if run >= need and m + base >= need + period:
                 if shape_need is None:
-                    rejected = self._rejected.get(period)
-                    if rejected is not None and run >= m + base - rejected:
+                    shape_need = self._unit_need(m + base, period, m + base - run)
+                    if shape_need is None:
                         return None, 0
-                    accepted = self._accepted.get(period)
-                    if accepted is not None and run >= m + base - accepted[0]:
-                        shape_need = accepted[1]
-                    else:
-                        unit = buf[m - period : m]
-                        if not self._accepts(unit):
-                            self._rejected[period] = m + base
-                            return None, 0
-                        shape_need = self._unit_span(unit) - period
-                        self._accepted[period] = (m + base, shape_need)
                 if run >= shape_need and m + base >= shape_need + period:
                     return m + base, 0
         return None, 0
