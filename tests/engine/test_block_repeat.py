@@ -155,3 +155,25 @@ def test_a_block_that_repeats_only_the_farthest_compared_one_is_found(max_back: 
         trip = first_trip(BlockRepeatDetector(config), text, size=7)
         assert expected is not None
         assert (None if trip is None else (trip.rule, trip.at)) == expected
+
+
+@pytest.mark.parametrize("max_back", [8, 17, 33, 40, 64])
+def test_a_block_that_resembles_only_the_farthest_compared_one_is_found(max_back: int) -> None:
+    # Near repeats (one character changed: no exact match to fall back on) of blocks as far
+    # back as the rule compares: each block must be bounded by the generation set that
+    # holds its shingles, at every alignment of the generations.
+    import random
+
+    rng = random.Random(max_back)
+    config = BlockRepeatConfig(block_chars=64, exact_streak=2, novelty_streak=3,
+                               novelty_streak_code=3, min_back=2, max_back=max_back)
+    letters = "abcdefghijklmnopqrstuvwxyz "
+    for offset in range(0, 40, 3):
+        warm = "".join(rng.choice(letters) for _ in range(64 * offset))
+        blocks = ["".join(rng.choice(letters) for _ in range(64)) for _ in range(max_back)]
+        near = [b[:-1] + ("#" if b[-1] != "#" else "%") for b in blocks]
+        text = warm + "".join(blocks) + "".join(near)
+        expected = _reference(text, config)
+        trip = first_trip(BlockRepeatDetector(config), text, size=13)
+        assert expected is not None and expected[0] == "low-novelty"
+        assert (None if trip is None else (trip.rule, trip.at)) == expected

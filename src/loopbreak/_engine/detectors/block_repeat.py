@@ -61,9 +61,9 @@ class BlockRepeatDetector:
         self._recent: deque[tuple[str, set[Shingle]]] = deque(maxlen=self._config.max_back)
         # The shingles of the blocks that entered the compared window (min_back..max_back
         # back), _GENERATION blocks to a set, newest last: enough sets to hold every
-        # compared block and perhaps a few that left. Their union bounds the overlap from
-        # above just as well as the compared blocks' own; it grows with one C-level union
-        # per block and forgets by dropping the oldest set, never by counting shingles.
+        # compared block and perhaps a few that left. A set bounds the overlap of every
+        # block it holds from above; it grows with one C-level union per block and forgets
+        # by dropping the oldest set, never by counting shingles.
         compared = self._config.max_back - self._config.min_back + 1
         self._keep_generations = 1 + -(-(compared - 1) // _GENERATION)
         self._generations: deque[set[Shingle]] = deque([set()])
@@ -99,36 +99,19 @@ class BlockRepeatDetector:
         grams = shingles(block, cfg.shingle_chars, cfg.shingle_step)
         exact = False
         best = 0.0
-        # Jaccard(A, B) <= |A & B| / |A| <= |A & union of compared blocks| / |A|: when that
-        # bound is under the threshold no single comparison can reach it (skips ~80% of clean
-        # blocks, with the same decisions).
+        # Jaccard(A, B) <= |A & B| / |A| <= |A & G| / |A| for the generation set G that holds
+        # B: a generation whose bound is under the threshold holds no block that can reach
+        # it. On clean stdlib source this skips 80% of blocks outright (the union of every
+        # set: 71%) and cuts the pairwise intersections by two thirds, same decisions.
         size = len(grams)
-        known = size - len(grams.difference(*self._generations))
         threshold = cfg.novelty_overlap
-        if known >= threshold * size:
+        floor = threshold * size - _SLACK
+        known = [len(grams & generation) for generation in self._generations]
+        if max(known) >= floor:
             if block in self._compared_texts:
                 exact, best = True, 1.0
             else:
-                # Jaccard >= t needs |A & B| >= t (|A| + |B|) / (1 + t), and |A & B| is at
-                # most min(|known|, |B|): blocks of the wrong size are passed over without
-                # being intersected (about 60% of those left on clean code).
-                ratio = threshold / (1.0 + threshold)
-                most = known
-                recent = self._recent
-                # Nearest first: a loop resembles the blocks just behind it. The first overlap
-                # that reaches the threshold decides; the rest cannot change the decision.
-                for back in range(cfg.min_back, min(cfg.max_back, len(recent)) + 1):
-                    other = recent[-back][1]
-                    other_size = len(other)
-                    if (most if most < other_size else other_size) < (
-                            ratio * (size + other_size) - _SLACK):
-                        continue
-                    common = len(grams & other)  # jaccard(), inlined: this loop is hot
-                    overlap = common / (size + other_size - common) if common else 0.0
-                    if overlap > best:
-                        best = overlap
-                        if best >= threshold:
-                            break
+                best = self._best_overlap(grams, known, floor)
         self._push(block, grams)
         if best < cfg.novelty_overlap:
             self._exact_run = self._novelty_run = 0
@@ -148,6 +131,45 @@ class BlockRepeatDetector:
             return Trip(LOW_NOVELTY, self._channel, self.consumed, end,
                         {**evidence, "streak": self._novelty_run})
         return None
+
+    def _best_overlap(self, grams: set[Shingle], known: list[int], floor: float) -> float:
+        """The overlap of the nearest compared block that reaches the threshold, or the
+        best overlap of all when none does; ``known[i]`` bounds the blocks of generation i."""
+        cfg = self._config
+        threshold = cfg.novelty_overlap
+        # Jaccard >= t needs |A & B| >= t (|A| + |B|) / (1 + t), and |A & B| is at most
+        # min(known, |B|): blocks of the wrong size are passed over without being
+        # intersected (about 60% of those left on clean code).
+        ratio = threshold / (1.0 + threshold)
+        size = len(grams)
+        recent = self._recent
+        best = 0.0
+        # Nearest first: a loop resembles the blocks just behind it. The first overlap that
+        # reaches the threshold decides; the rest cannot change the decision. The compared
+        # blocks entered the generations in order: the nearest ``_in_newest`` are in the
+        # newest set, each _GENERATION before them in the set before.
+        first = cfg.min_back
+        last = min(cfg.max_back, len(recent))
+        generation = len(known) - 1
+        end = first + self._in_newest
+        while first <= last and generation >= 0:
+            most = known[generation]
+            if most >= floor:
+                for back in range(first, min(end, last + 1)):
+                    other = recent[-back][1]
+                    other_size = len(other)
+                    if (most if most < other_size else other_size) < (
+                            ratio * (size + other_size) - _SLACK):
+                        continue
+                    common = len(grams & other)  # jaccard(), inlined: this loop is hot
+                    overlap = common / (size + other_size - common) if common else 0.0
+                    if overlap > best:
+                        best = overlap
+                        if best >= threshold:
+                            return best
+            first, end = end, end + _GENERATION
+            generation -= 1
+        return best
 
     def _push(self, block: str, grams: set[Shingle]) -> None:
         """Append a block; keep what the blocks min_back..max_back back hold."""
