@@ -153,3 +153,26 @@ def test_notices_never_tell_the_model_to_conclude() -> None:
     for language in TEXTS.values():
         for text in language.values():
             assert not any(word in text.lower() for word in forbidden), text
+
+
+def test_language_follows_the_last_characters_shown_however_they_were_shown() -> None:
+    # The guard keeps pieces, not one sample string: its language must be the one the
+    # last 4,000 characters shown say, at every step, whatever the pieces' sizes.
+    import random
+
+    from loopbreak._engine.notices import detect_language
+
+    rng = random.Random(3)
+    english = "Let me check the file again and then run the tests. "
+    chinese = "让我再检查一下这个文件，然后运行测试。"
+    for _ in range(200):
+        session = SessionGuard()
+        shown = ""
+        for _ in range(rng.randint(1, 30)):
+            text = "".join(rng.choice((english, chinese)) if rng.random() < 0.5 else english
+                           for _ in range(rng.randint(0, 120)))[: rng.choice((0, 5, 900, 5000))]
+            session.observe(text)
+            shown += text
+            assert session.language == detect_language(shown[-4000:])
+    assert {SessionGuard(language="zh").language, SessionGuard(language="en").language} == \
+        {"zh", "en"}

@@ -272,19 +272,23 @@ class CallGuard:
         guard = self._channels.get(channel)
         if guard is None:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
-        if channel == "reasoning" and self._grams is not None and delta:
-            self._grams.feed(delta)
-        elif channel == "text" and self._answer_chars < ANSWER_SAMPLE_CHARS and delta:
-            self._answer.append(delta)
-            self._answer_chars += len(delta)
-        # The other channel's last batch is judged before this one's first: the stream's
-        # order is the order of decisions.
-        earlier = None
-        if delta and channel != self._channel_now:
-            earlier = self._flush_others(channel)
-            self._channel_now = channel
+        if delta:
+            if channel == "reasoning":
+                if self._grams is not None:
+                    self._grams.feed(delta)
+            elif self._answer_chars < ANSWER_SAMPLE_CHARS:
+                self._answer.append(delta)
+                self._answer_chars += len(delta)
+            if channel != self._channel_now:
+                # The other channel's last batch is judged before this one's first: the
+                # stream's order is the order of decisions.
+                earlier = self._flush_others(channel)
+                self._channel_now = channel
+                trip = guard.feed(delta)
+                return self._act(earlier or trip)
         trip = guard.feed(delta)
-        return self._act(earlier or trip)
+        # Most deltas complete no batch: no trip to record.
+        return None if trip is None else self._act(trip)
 
     def _flush_others(self, channel: Channel | None) -> Trip | None:
         trip = None

@@ -10,6 +10,7 @@ turn's budget, and the notices the model should read.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ from loopbreak._engine.stall import Reaction, StallRule, StallVerdict
 from loopbreak._engine.tool_failure import ToolFailureBreaker, normalise_error
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprints
 from loopbreak._engine.trip import Trip
+
+# The conversation's last characters that ``auto`` language is detected from.
+_SAMPLE_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,12 @@ class SessionGuard:
     def __init__(self, config: Config | None = None, *, language: str | None = None) -> None:
         self._config = config or Config()
         self._language_setting = language or self._config.recovery.language
-        self._sample = ""
+        # What the guard was shown, newest last, with whether each piece is ASCII: at
+        # least the last _SAMPLE_CHARS characters, joined only when a piece in them is not
+        # ASCII (an ASCII sample is English). A proxy's replay shows it every message.
+        self._sample_parts: deque[tuple[str, bool]] = deque()
+        self._sample_chars = 0
+        self._sample_foreign = 0  # pieces kept that are not ASCII
         self._stall = StallRule(self._config.stall)
         self._tools = ToolFailureBreaker(self._config.tool_failure)
         self._no_progress = NoProgressRule(self._config.no_progress)
@@ -98,12 +107,27 @@ class SessionGuard:
     @property
     def language(self) -> Language:
         """The language notices are written in now."""
-        return resolve_language(self._language_setting, self._sample)
+        if not self._sample_foreign:
+            return resolve_language(self._language_setting)
+        sample = "".join(text for text, _ in self._sample_parts)[-_SAMPLE_CHARS:]
+        return resolve_language(self._language_setting, sample)
 
     def observe(self, text: str) -> None:
         """Show the guard some of the conversation, so ``auto`` language can follow it."""
-        if text:
-            self._sample = (self._sample + text)[-4000:]
+        if not text:
+            return
+        if len(text) > _SAMPLE_CHARS:
+            text = text[-_SAMPLE_CHARS:]
+        parts = self._sample_parts
+        plain = text.isascii()
+        parts.append((text, plain))
+        self._sample_chars += len(text)
+        self._sample_foreign += not plain
+        # Pieces that lie wholly before the last _SAMPLE_CHARS characters are dropped.
+        while self._sample_chars - len(parts[0][0]) >= _SAMPLE_CHARS:
+            old, old_plain = parts.popleft()
+            self._sample_chars -= len(old)
+            self._sample_foreign -= not old_plain
 
     # turns and calls
 
