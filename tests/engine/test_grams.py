@@ -25,8 +25,8 @@ def test_shingles_are_taken_every_step() -> None:
     assert len(shingles("abcdabcdab", 4, 2)) == 2  # abcd, cdab
 
 
-# BMP letters, a lone surrogate and astral pictographs: the key's two paths must agree.
-_CHARS = st.sampled_from("ab c\u00e9\u4e2d\ud800\U0001f600\U0001f4a5")
+# BMP letters, NUL, lone surrogates and astral pictographs: the key's two paths must agree.
+_CHARS = st.sampled_from("ab c\x00\u00e9\u4e2d\ud800\ude00\U0001f600\U0001f4a5")
 
 
 @given(st.text(_CHARS, max_size=40), st.text(_CHARS, max_size=40), st.sampled_from([1, 2, 4]))

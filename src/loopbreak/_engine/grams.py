@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Set
 from functools import lru_cache
+from itertools import compress
 
 Shingle = int | str
 """A shingle's key: equal keys mean equal substrings."""
@@ -24,20 +24,42 @@ def shingles(block: str, size: int, step: int) -> set[Shingle]:
     if size != _SHINGLE_WORD or _SHINGLE_WORD % step:
         return set(map(block.__getitem__, _slices(len(block), size, step)))
     units = block.encode("utf-16-le", "surrogatepass")
-    if len(units) != 2 * len(block):
-        # An astral character takes two units: word boundaries no longer fall on characters.
-        return {_shingle_key(block[i : i + size]) for i in range(0, last + 1, step)}
-    view = memoryview(units)
-    keys: set[Shingle] = set()
+    if len(units) == 2 * len(block):
+        view = memoryview(units)
+        keys: set[Shingle] = set()
+        for first in range(0, 2 * _SHINGLE_WORD, 2 * step):
+            words = (len(units) - first) // 8
+            keys.update(view[first : first + 8 * words].cast("Q"))
+        return keys
+    # An astral character takes two units: word boundaries no longer fall on characters.
+    # Every character is read as its low 16 bits instead (a BMP character's unit), the
+    # shingles that hold no astral character keep those words, and those that hold one are
+    # keyed by their text: all in C, as above.
+    points = block.encode("utf-32-le", "surrogatepass")
+    low = bytearray(2 * len(block))
+    low[0::2] = points[0::4]
+    low[1::2] = points[1::4]
+    # 1 where a character is astral (its third byte is set); then, OR-ing each byte with
+    # the next three (the bytes of one big integer), 1 where a shingle starting there
+    # holds an astral character.
+    astral = int.from_bytes(points[2::4].translate(_NONZERO_AS_ONE), "little")
+    astral |= astral >> 8
+    astral |= astral >> 16
+    holds = astral.to_bytes(len(block), "little")
+    view = memoryview(low)
+    keys = set()
     for first in range(0, 2 * _SHINGLE_WORD, 2 * step):
-        words = (len(units) - first) // 8
-        keys.update(view[first : first + 8 * words].cast("Q"))
+        words = (len(low) - first) // 8
+        keys.update(compress(view[first : first + 8 * words].cast("Q"),
+                             holds[first // 2 :: _SHINGLE_WORD].translate(_ZERO_AS_ONE)))
+    keys.update(map(block.__getitem__,
+                    compress(_slices(len(block), size, step), holds[: last + 1 : step])))
     return keys
 
 
-def _shingle_key(shingle: str) -> Shingle:
-    units = shingle.encode("utf-16-le", "surrogatepass")
-    return int.from_bytes(units, sys.byteorder) if len(units) == 8 else shingle
+# Byte maps for the astral path: any set byte as 1; 0 as 1 and anything else as 0.
+_NONZERO_AS_ONE = bytes([0] + [1] * 255)
+_ZERO_AS_ONE = bytes([1] + [0] * 255)
 
 
 @lru_cache(maxsize=64)
