@@ -289,3 +289,26 @@ def test_a_replayed_calls_reasoning_grams_are_kept_between_requests() -> None:
     history.clear_caches()
     again = history._reasoning_grams(short)
     assert again is not first and again.sample(0) == first.sample(0)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_a_replayed_history_counts_the_cuts_its_answers_carry(language: str,
+                                                              channel: str) -> None:
+    # The replay looks for the tag before the markers: every cut notice must carry it, and
+    # another notice of loopbreak's (a denial) or a mention of the tag is not a cut.
+    from loopbreak._engine.notices import cut_notice
+    from loopbreak._engine.trip import Trip
+    from loopbreak._recovery.history import CUT_MARKERS
+
+    assert all(marker.startswith("[loopbreak]") for marker in CUT_MARKERS)
+    notice = cut_notice(Trip("cycle", channel, 900, 900), language)  # type: ignore[arg-type]
+    denial = render("tool.denied", language, tool="read_file", failures=3)  # type: ignore[arg-type]
+    answers = ["Reading the file first. " + notice, denial, "Done: [loopbreak] is mentioned.",
+               notice]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+    counts = []
+    for answer in answers:
+        messages.append({"role": "assistant", "content": answer})
+        counts.append(replay_history({"messages": messages}, "openai", Config()).cuts_this_turn)
+    assert counts == [1, 1, 1, 2]

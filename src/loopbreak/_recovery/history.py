@@ -179,11 +179,12 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             grams = None
             if i in keep:
                 grams = _reasoning_grams(m.reasoning)
-            cut = any(marker in m.text for marker in CUT_MARKERS)
+            # Every marker starts with the tag: one search rules most answers out.
+            cut = _NOTICE_TAG in m.text and any(marker in m.text for marker in CUT_MARKERS)
             if cut:
                 view.cuts_this_turn += 1
             trip = Trip("notice", "reasoning", 0, 0) if cut else None
-            tool_names = tuple(name for _, name, _ in m.tool_calls)
+            tool_names = tuple([call[1] for call in m.tool_calls])
             summary = CallSummary(len(m.reasoning), 0 if cut else len(m.text.strip()),
                                   tool_names, trip, grams, "" if cut else m.text)
             view.reaction = session.finish_call(summary).reaction
