@@ -30,7 +30,7 @@ from loopbreak._engine.trip import Trip
 _SAMPLE_CHARS = 4000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CallOutcome:
     """What the session guard concluded about one finished call."""
 
@@ -39,6 +39,17 @@ class CallOutcome:
     summary: CallSummary
     stall: StallVerdict
     monologue: Reaction | None = None
+
+    def __init__(self, turn: int, step: int, summary: CallSummary, stall: StallVerdict,
+                 monologue: Reaction | None = None) -> None:
+        # Frozen, yet one is made for every message of a replayed history: the fields go
+        # straight into the instance, not through the frozen __setattr__ (a third the cost).
+        fields = self.__dict__
+        fields["turn"] = turn
+        fields["step"] = step
+        fields["summary"] = summary
+        fields["stall"] = stall
+        fields["monologue"] = monologue
 
     @property
     def reaction(self) -> Reaction | None:

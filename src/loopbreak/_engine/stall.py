@@ -36,7 +36,7 @@ class Reaction:
     rule: str = "stall"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StallVerdict:
     """The stall rule's judgement of one finished call."""
 
@@ -46,6 +46,19 @@ class StallVerdict:
     containment: float | None = None
     run: int = 0
     reaction: Reaction | None = None
+
+    def __init__(self, judged: bool, stalled: bool = False, reason: str | None = None,
+                 containment: float | None = None, run: int = 0,
+                 reaction: Reaction | None = None) -> None:
+        # Frozen, yet one is made for every message of a replayed history: the fields go
+        # straight into the instance, not through the frozen __setattr__ (a third the cost).
+        fields = self.__dict__
+        fields["judged"] = judged
+        fields["stalled"] = stalled
+        fields["reason"] = reason
+        fields["containment"] = containment
+        fields["run"] = run
+        fields["reaction"] = reaction
 
 
 class StallRule:

@@ -67,7 +67,7 @@ def clear_caches() -> None:
     _cached_fingerprints.cache_clear()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolStep:
     """One finished tool call as the rules remember it."""
 
@@ -77,6 +77,18 @@ class ToolStep:
     failed: bool
     error: str = ""  # normalised error text when failed
     shape: str = ""  # the fingerprint with numbers masked
+
+    def __init__(self, name: str, key: str, result: str, failed: bool, error: str = "",
+                 shape: str = "") -> None:
+        # Frozen, yet one is made for every tool result of a replayed history: the fields
+        # go straight into the instance, not through the frozen __setattr__.
+        fields = self.__dict__
+        fields["name"] = name
+        fields["key"] = key
+        fields["result"] = result
+        fields["failed"] = failed
+        fields["error"] = error
+        fields["shape"] = shape
 
 
 @dataclass(frozen=True)
