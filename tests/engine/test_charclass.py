@@ -10,6 +10,7 @@ from loopbreak._engine.charclass import (
     EMOJI,
     MEANING,
     SPACE,
+    SURE_MEANING_RUN,
     SYMBOL,
     class_string,
     is_extended_pictographic,
@@ -39,3 +40,10 @@ def test_combining_marks_carry_meaning() -> None:
 def test_class_string_keeps_length() -> None:
     text = "😀" * 10 + "\U0010ffff" + "\x00"
     assert len(class_string(text)) == len(text)
+
+
+def test_every_sure_meaning_character_is_classed_meaning() -> None:
+    # The degeneracy rule skips blocks on this count without classing them.
+    sure = "".join(chr(cp) for cp in range(0x30000) if SURE_MEANING_RUN.fullmatch(chr(cp)))
+    assert len(sure) > 30_000
+    assert set(class_string(sure)) == {MEANING}

@@ -122,3 +122,8 @@ def class_string(text: str) -> str:
     if text.isascii():
         return text.encode().translate(_ASCII_TABLE).decode()
     return text.translate(_TABLE)
+
+
+SURE_MEANING_RUN = re.compile("[0-9A-Za-z\u3041-\u3096\u30a1-\u30fa\u4e00-\u9fff\uac00-\ud7a3]+")
+"""A run of characters classed ``MEANING`` for certain (ASCII letters and digits, kana, CJK
+ideographs, Hangul syllables), found without classing each one."""

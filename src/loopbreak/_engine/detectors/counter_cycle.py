@@ -52,6 +52,7 @@ DIGITS_AS_ZERO: dict[int, str] = {
 _ASCII_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 _ZERO_RUN = re.compile("0{2,}")
+_NONZERO_DIGIT = re.compile("[1-9\uff10-\uff19]")
 # Every CJK character is a word of its own (CJK prose has no spaces); anything else
 # between spaces or CJK characters is a token.
 _TOKEN = re.compile(f"[{CJK_RANGES}]|[^\\s{CJK_RANGES}]+")
@@ -69,6 +70,10 @@ def digits_as_zero(text: str) -> str:
     """``text`` with every digit read as ``0``."""
     if text.isascii():
         return text.encode().translate(_ASCII_DIGITS_AS_ZERO).decode()
+    # str.translate looks every character up in a dict: CJK prose, which seldom holds a
+    # digit, is searched for one first.
+    if _NONZERO_DIGIT.search(text) is None:
+        return text
     return text.translate(DIGITS_AS_ZERO)
 
 

@@ -40,7 +40,14 @@ import re
 
 from loopbreak._config import DegeneracyConfig
 from loopbreak._engine.blocks import BlockCutter
-from loopbreak._engine.charclass import EMOJI, MEANING, SPACE, SYMBOL, class_string
+from loopbreak._engine.charclass import (
+    EMOJI,
+    MEANING,
+    SPACE,
+    SURE_MEANING_RUN,
+    SYMBOL,
+    class_string,
+)
 from loopbreak._engine.trip import Channel, Trip
 
 # What markdown tables and rules are drawn with.
@@ -83,6 +90,13 @@ class DegeneracyDetector:
     def judge_block(self, block: str) -> dict[str, object] | None:
         """The evidence that makes ``block`` degenerate, or ``None`` if it is not."""
         cfg = self._config
+        if not block.isascii():
+            # Classing a character outside ASCII is a dict lookup: a block with more sure
+            # letters (ASCII, CJK, kana, Hangul) than the gate lets through is passed over
+            # first, as the gate below would pass it (CJK prose, every block of it).
+            sure = sum(map(len, SURE_MEANING_RUN.findall(block)))
+            if sure > cfg.max_meaning_share * len(block):
+                return None
         classes = class_string(block)
         nonspace = len(classes) - classes.count(SPACE)
         if nonspace == 0 or nonspace < cfg.min_ink_share * len(classes):
