@@ -10,6 +10,9 @@ Shingle = int | str
 """A shingle's key: equal keys mean equal substrings."""
 
 _SHINGLE_WORD = 4  # characters of a shingle read as one 64-bit word of UTF-16 units
+# Byte maps for blocks with an astral character: any set byte as 1; 0 as 1, the rest as 0.
+_NONZERO_AS_ONE = bytes([0] + [1] * 255)
+_ZERO_AS_ONE = bytes([1] + [0] * 255)
 
 
 def shingles(block: str, size: int, step: int) -> set[Shingle]:
@@ -55,11 +58,6 @@ def shingles(block: str, size: int, step: int) -> set[Shingle]:
     keys.update(map(block.__getitem__,
                     compress(_slices(len(block), size, step), holds[: last + 1 : step])))
     return keys
-
-
-# Byte maps for the astral path: any set byte as 1; 0 as 1 and anything else as 0.
-_NONZERO_AS_ONE = bytes([0] + [1] * 255)
-_ZERO_AS_ONE = bytes([1] + [0] * 255)
 
 
 @lru_cache(maxsize=64)

@@ -51,7 +51,7 @@ class StallVerdict:
                  containment: float | None = None, run: int = 0,
                  reaction: Reaction | None = None) -> None:
         # Frozen, yet one is made for every message of a replayed history: the fields go
-        # straight into the instance, not through the frozen __setattr__ (a third the cost).
+        # straight into the instance, not through the frozen __setattr__ (a quarter of the cost).
         fields = self.__dict__
         fields["judged"] = judged
         fields["stalled"] = stalled

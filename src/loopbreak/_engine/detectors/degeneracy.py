@@ -92,8 +92,8 @@ class DegeneracyDetector:
         cfg = self._config
         if not block.isascii():
             # Classing a character outside ASCII is a dict lookup: a block with more sure
-            # letters (ASCII, CJK, kana, Hangul) than the gate lets through is passed over
-            # first, as the gate below would pass it (CJK prose, every block of it).
+            # letters (ASCII, CJK, kana, Hangul) than the meaning gate below allows is turned
+            # away before, as that gate would turn it away (every block of CJK prose).
             sure = sum(map(len, SURE_MEANING_RUN.findall(block)))
             if sure > cfg.max_meaning_share * len(block):
                 return None
