@@ -124,6 +124,8 @@ def class_string(text: str) -> str:
     return text.translate(_TABLE)
 
 
-SURE_MEANING_RUN = re.compile("[0-9A-Za-z\u3041-\u3096\u30a1-\u30fa\u4e00-\u9fff\uac00-\ud7a3]+")
+SURE_MEANING_RUN = re.compile("[0-9A-Za-z\u3041-\u3096\u30a1-\u30fa\u4e00-\u9fa5\uac00-\ud7a3]+")
 """A run of characters classed ``MEANING`` for certain (ASCII letters and digits, kana, CJK
-ideographs, Hangul syllables), found without classing each one."""
+ideographs, Hangul syllables), found without classing each one. Only blocks assigned since
+Unicode 3.2: every Python's ``unicodedata`` classes them alike (U+9FA6 on were assigned later,
+and Python 3.10 reads U+9FFD-U+9FFF as unassigned, a symbol)."""
