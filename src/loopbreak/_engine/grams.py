@@ -27,12 +27,10 @@ def shingles(block: str, size: int, step: int) -> set[Shingle]:
     if size != _SHINGLE_WORD or _SHINGLE_WORD % step:
         return set(map(block.__getitem__, _slices(len(block), size, step)))
     units = block.encode("utf-16-le", "surrogatepass")
+    keys: set[Shingle] = set()
     if len(units) == 2 * len(block):
-        view = memoryview(units)
-        keys: set[Shingle] = set()
-        for first in range(0, 2 * _SHINGLE_WORD, 2 * step):
-            words = (len(units) - first) // 8
-            keys.update(view[first : first + 8 * words].cast("Q"))
+        for _, words in _word_rows(units, step):
+            keys.update(words)
         return keys
     # An astral character takes two units: word boundaries no longer fall on characters.
     # Every character is read as its low 16 bits instead (a BMP character's unit), the
@@ -49,15 +47,22 @@ def shingles(block: str, size: int, step: int) -> set[Shingle]:
     astral |= astral >> 8
     astral |= astral >> 16
     holds = astral.to_bytes(len(block), "little")
-    view = memoryview(low)
-    keys = set()
-    for first in range(0, 2 * _SHINGLE_WORD, 2 * step):
-        words = (len(low) - first) // 8
-        keys.update(compress(view[first : first + 8 * words].cast("Q"),
-                             holds[first // 2 :: _SHINGLE_WORD].translate(_ZERO_AS_ONE)))
+    for first, words in _word_rows(low, step):
+        keys.update(compress(words, holds[first::_SHINGLE_WORD].translate(_ZERO_AS_ONE)))
     keys.update(map(block.__getitem__,
                     compress(_slices(len(block), size, step), holds[: last + 1 : step])))
     return keys
+
+
+def _word_rows(units: bytes | bytearray, step: int) -> list[tuple[int, memoryview]]:
+    """The 64-bit words of the four-unit shingles of UTF-16 ``units`` taken every ``step``
+    units, a row per alignment: the unit the row's first shingle starts at, and its words."""
+    view = memoryview(units)
+    rows = []
+    for first in range(0, _SHINGLE_WORD, step):
+        start = 2 * first
+        rows.append((first, view[start : start + 8 * ((len(units) - start) // 8)].cast("Q")))
+    return rows
 
 
 @lru_cache(maxsize=64)
