@@ -155,11 +155,13 @@ TEXTS: dict[Language, dict[str, str]] = {
 
 
 _CJK_LETTER = re.compile("[\u3400-\u9fff\uf900-\ufaff]")
+LANGUAGE_SAMPLE_CHARS = 4000
+"""The conversation's last characters that ``auto`` language is read from."""
 
 
 def detect_language(sample: str) -> Language:
     """``zh`` when CJK characters make up at least a fifth of the letters in ``sample``."""
-    sample = sample[-4000:]
+    sample = sample[-LANGUAGE_SAMPLE_CHARS:]
     # Counted in C: a proxy replays a long history's messages on every request.
     if sample.isascii():
         return "en"

@@ -19,15 +19,19 @@ from loopbreak._engine.alternation import AlternationRule
 from loopbreak._engine.call_guard import CallGuard, CallSummary
 from loopbreak._engine.monologue import MonologueRule
 from loopbreak._engine.no_progress import NoProgressRule
-from loopbreak._engine.notices import Language, cut_notice, is_denial, render, resolve_language
+from loopbreak._engine.notices import (
+    LANGUAGE_SAMPLE_CHARS,
+    Language,
+    cut_notice,
+    is_denial,
+    render,
+    resolve_language,
+)
 from loopbreak._engine.repeated_error import RepeatedErrorRule
 from loopbreak._engine.stall import Reaction, StallRule, StallVerdict
 from loopbreak._engine.tool_failure import ToolFailureBreaker, normalise_error
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprints
 from loopbreak._engine.trip import Trip
-
-# The conversation's last characters that ``auto`` language is detected from.
-_SAMPLE_CHARS = 4000
 
 
 @dataclass(frozen=True, init=False)
@@ -77,8 +81,8 @@ class SessionGuard:
         self._config = config or Config()
         self._language_setting = language or self._config.recovery.language
         # What the guard was shown, newest last, with whether each piece is ASCII: at
-        # least the last _SAMPLE_CHARS characters, joined only when a piece in them is not
-        # ASCII (an ASCII sample is English). A proxy's replay shows it every message.
+        # least the last LANGUAGE_SAMPLE_CHARS characters, joined only when a piece in them
+        # is not ASCII (an ASCII sample is English). A replay shows it every message.
         self._sample_parts: deque[tuple[str, bool]] = deque()
         self._sample_chars = 0
         self._sample_foreign = 0  # pieces kept that are not ASCII
@@ -120,22 +124,22 @@ class SessionGuard:
         """The language notices are written in now."""
         if not self._sample_foreign:
             return resolve_language(self._language_setting)
-        sample = "".join(text for text, _ in self._sample_parts)[-_SAMPLE_CHARS:]
+        sample = "".join(text for text, _ in self._sample_parts)[-LANGUAGE_SAMPLE_CHARS:]
         return resolve_language(self._language_setting, sample)
 
     def observe(self, text: str) -> None:
         """Show the guard some of the conversation, so ``auto`` language can follow it."""
         if not text:
             return
-        if len(text) > _SAMPLE_CHARS:
-            text = text[-_SAMPLE_CHARS:]
+        if len(text) > LANGUAGE_SAMPLE_CHARS:
+            text = text[-LANGUAGE_SAMPLE_CHARS:]
         parts = self._sample_parts
         plain = text.isascii()
         parts.append((text, plain))
         self._sample_chars += len(text)
         self._sample_foreign += not plain
-        # Pieces that lie wholly before the last _SAMPLE_CHARS characters are dropped.
-        while self._sample_chars - len(parts[0][0]) >= _SAMPLE_CHARS:
+        # Pieces wholly before the last LANGUAGE_SAMPLE_CHARS characters are dropped.
+        while self._sample_chars - len(parts[0][0]) >= LANGUAGE_SAMPLE_CHARS:
             old, old_plain = parts.popleft()
             self._sample_chars -= len(old)
             self._sample_foreign -= not old_plain

@@ -10,6 +10,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from loopbreak._engine.notices import LANGUAGE_SAMPLE_CHARS
+
 DIALECTS = ("auto", "deepseek", "anthropic", "vllm", "ollama", "openai", "none")
 
 
@@ -85,7 +87,7 @@ def thinking_off(body: dict[str, Any], kind: Literal["openai", "anthropic"] = "o
     return body
 
 
-def conversation_sample(messages: Any, limit: int = 4000) -> str:
+def conversation_sample(messages: Any, limit: int = LANGUAGE_SAMPLE_CHARS) -> str:
     """The text of a request's messages, the latest last, at most ``limit`` characters: what
     a notice's language is read from when the language is ``auto``."""
     parts: list[str] = []

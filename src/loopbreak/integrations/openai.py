@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from loopbreak._config import Config
 from loopbreak._engine.call_guard import CallGuard
-from loopbreak._engine.notices import Language, resolve_language
+from loopbreak._engine.notices import LANGUAGE_SAMPLE_CHARS, Language, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut
 from loopbreak._recovery.chunks import feed_piece, openai_pieces
@@ -100,7 +100,7 @@ class _Guarded:
         for piece in pieces:
             if piece.kind == "tool":
                 self.tools_sent = True
-            elif self._sample_writing and len(self._sample) < _SAMPLE_CHARS \
+            elif self._sample_writing and len(self._sample) < LANGUAGE_SAMPLE_CHARS \
                     and piece.kind in ("reasoning", "text"):
                 self._sample += piece.text
         return None
@@ -188,8 +188,6 @@ def aguard_stream(stream: Any, config: Config | None = None, *, show_notice: boo
     return AsyncGuardedStream(stream, cfg, language=cfg.recovery.language,
                               show_notice=show_notice, sample=conversation_sample(messages))
 
-
-_SAMPLE_CHARS = 4000
 
 
 class GuardedCompletion:
