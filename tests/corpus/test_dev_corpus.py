@@ -36,6 +36,8 @@ RECALL_FLOOR = {
     "zhi0467-cot-loop": 0.70,
     # Measured 2026-12-02 when the source was added: 13 of 27 (its paraphrase loops, 4 of 18).
     "cpldcpu-misguidedattention": 0.45,
+    # Measured 2026-12-02 when the source was added: 32 of 40.
+    "shisa-ai-shaberi": 0.75,
 }
 
 
@@ -74,8 +76,8 @@ def test_the_committed_corpus_is_large_and_varied() -> None:
     assert len({s.source for s in loops}) >= 4
     reasoning = [s for s in streams if s.channel == "reasoning"]
     reasoning_loops = [s for s in reasoning if s.label == "loop"]
-    assert len(reasoning_loops) >= 26 and len({s.source for s in reasoning_loops}) >= 2
-    assert sum(s.label == "clean" for s in reasoning) >= 1_700
+    assert len(reasoning_loops) >= 70 and len({s.source for s in reasoning_loops}) >= 3
+    assert sum(s.label == "clean" for s in reasoning) >= 3_000
 
 
 # Finished Qwen3-1.7B traces of an unlicensed source (.corpus-local) that the defaults cut:
