@@ -214,7 +214,9 @@ class CycleConfig(_Section):
                                             "fit in min_span_reasoning is cut after three "
                                             "copies, once this much repeats: a short unit "
                                             "then lands within two copies and 128 characters "
-                                            "of its start. 0 turns it off.",
+                                            "of its start. 0 turns it off. Swept 0-256: 160 "
+                                            "trips a stdlib file, 192 is the first clean; 256 "
+                                            "keeps a margin.",
                                        low=0, high=65536)
     two_copies_reasoning: int = _key(192, "In reasoning, units up to this long are cut after two "
                                           "whole copies, as the seed's DeepSeek loops were; "

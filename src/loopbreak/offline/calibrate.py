@@ -212,7 +212,10 @@ def standard_sweeps() -> list[Sweep]:
         Sweep("cycle period cap", "cycle", "text", ("cycle.max_period",),
               ((64, 128, 512, 1024, 2048, 4096),), (4096,), _PERIODIC),
         Sweep("cycle third copy (reasoning)", "cycle", "reasoning",
-              ("cycle.two_copies_reasoning",), ((0, 256, 512, 1024, 4096),), (4096,), _PERIODIC),
+              ("cycle.two_copies_reasoning",), ((0, 128, 192, 256, 512, 1024, 4096),), (4096,),
+              _PERIODIC),
+        Sweep("cycle three copies span (reasoning)", "cycle", "reasoning",
+              ("cycle.three_copies_reasoning",), ((0, 128, 160, 192, 256),), (128,), _PERIODIC),
         Sweep("cycle third copy (text)", "cycle", "text", ("cycle.past_two_copies",),
               ((0, 64, 128, 192, 256),), (0,), _PERIODIC),
         Sweep("cycle blank table rows (text)", "cycle", "text", ("cycle.blank_table_copies",),
@@ -462,6 +465,7 @@ def leave_one_source_out(
 
 LOSO_NAMES = (
     "cycle (text)", "cycle third copy (text)", "cycle third copy (reasoning)",
+    "cycle three copies span (reasoning)",
     "cycle blank table rows (text)", "cycle code copies (text)",
     "counter-cycle numbers per word (text)", "counter-cycle span (text)",
     "counter-cycle span (reasoning)", "char-run (text)", "control-tokens (text)",
