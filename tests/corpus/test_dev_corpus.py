@@ -34,7 +34,7 @@ RECALL_FLOOR = {
     "alpaca-loops": 0.85,
     "anirudhcheruvu-qwen3-0.6b-gsm8k-experiments": 0.88,
     "zhi0467-cot-loop": 0.70,
-    # Measured 2026-12-02 when the source was added: 13 of 27 (its paraphrase loops, 4 of 18).
+    # Measured 2026-12-02 when the source was added: 13 of 28 (its paraphrase loops, 4 of 18).
     "cpldcpu-misguidedattention": 0.45,
     # Measured 2026-12-02 when the source was added: 32 of 40.
     "shisa-ai-shaberi": 0.75,
