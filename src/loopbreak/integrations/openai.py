@@ -189,7 +189,6 @@ def aguard_stream(stream: Any, config: Config | None = None, *, show_notice: boo
                               show_notice=show_notice, sample=conversation_sample(messages))
 
 
-
 class GuardedCompletion:
     """Chunks of a guarded call with its recovery: cut, notice, one retry without thinking."""
 
