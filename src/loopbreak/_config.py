@@ -241,6 +241,15 @@ class CycleConfig(_Section):
                                 "the first clean; 64 keeps a margin. 0 leaves them to "
                                 "min_span_code.",
                             low=0, high=65536)
+    one_line_code_copies: int = _key(4, "Copies after which a code-shaped unit of 16 or more "
+                                        "characters with no line break is cut, when fewer "
+                                        "than the above: code repeats whole lines, a model "
+                                        "flattens a snippet onto one line and says it over "
+                                        "(`return sorted(arr)[1:] # ...`). Swept 0-16: even "
+                                        "2 (read as prose) trips nothing clean, 4 cuts as "
+                                        "many loops, 8 misses 3 of them. 0 leaves them to "
+                                        "code_copies.",
+                                     low=0, high=65536)
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,15 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
             if unit_looks_like_code(unit):
                 code_span = max(cfg.min_span_code, min_span, copies)
                 blank = "|" in unit and not any(c.isalnum() for c in unit)
-                if blank and cfg.blank_table_copies:
-                    span = max(span, min(code_span, cfg.blank_table_copies * p))
-                elif cfg.code_copies:
-                    span = max(span, min(code_span, cfg.code_copies * p))
-                else:
-                    span = code_span
+                copies_cut = (cfg.blank_table_copies if blank and cfg.blank_table_copies
+                              else cfg.code_copies)
+                # a unit of 16+ characters, no repetition of a shorter one, on one line
+                primitive = not any(p % q == 0 and unit == unit[:q] * (p // q)
+                                    for q in range(1, p))
+                if cfg.one_line_code_copies and p >= 16 and "\n" not in unit and primitive:
+                    copies_cut = min(copies_cut or cfg.one_line_code_copies,
+                                     cfg.one_line_code_copies)
+                span = max(span, min(code_span, copies_cut * p)) if copies_cut else code_span
             if m >= span and text[m - span + p : m] == text[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct:
                 return m, p
@@ -54,7 +57,7 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
 
 def _random_text(rng: random.Random) -> str:
     alphabet = rng.choice(["ab", "abc", "Go. OK.\n", "好。执行。", "x y\n  z", "abcdefghij ",
-                           "| -\n", "|a \n", "<>/td", "r+:9 "])
+                           "| -\n", "|a \n", "<>/td", "r+:9 ", "f(x)[1:] # "])
     parts = []
     for _ in range(rng.randint(1, 6)):
         if rng.random() < 0.5:
@@ -72,7 +75,8 @@ def test_cycle_matches_brute_force_at_every_split(seed: int) -> None:
     cfg = CycleConfig(max_period=rng.choice([8, 30, 64]), min_span_text=rng.choice([16, 33, 64]),
                       min_span_code=rng.choice([64, 100]),
                       blank_table_copies=rng.choice([0, 3, 12]),
-                      code_copies=rng.choice([0, 5, 64]))
+                      code_copies=rng.choice([0, 5, 64]),
+                      one_line_code_copies=rng.choice([0, 2, 4, 8]))
     expected = brute_force(text, cfg, cfg.min_span_text)
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -94,7 +98,8 @@ def test_reasoning_spans_match_brute_force_at_every_split(seed: int) -> None:
                       two_copies_pool_reasoning=rng.choice([0, 30, 64]),
                       min_span_code=rng.choice([64, 100]),
                       blank_table_copies=rng.choice([0, 3, 12]),
-                      code_copies=rng.choice([0, 5, 64]))
+                      code_copies=rng.choice([0, 5, 64]),
+                      one_line_code_copies=rng.choice([0, 2, 4, 8]))
     expected = brute_force(text, cfg, cfg.min_span_reasoning, "reasoning")
     for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
                    split_random(text, rng)):
@@ -361,3 +366,26 @@ def test_a_short_code_unit_is_cut_after_code_copies_and_a_data_run_is_not() -> N
     assert trip.at - len(head) < CycleConfig().min_span_code
     data = "ZEROS = [" + "0, " * (copies - 8) + "0]\n\ndef f(x):\n    return x + 1\n"
     assert first_trip(CycleDetector(channel="text"), data) is None
+
+
+def test_a_snippet_said_over_on_one_line_is_cut_and_code_lines_are_not() -> None:
+    # Shaped like ja-vicuna answers (ku-nlp): a model flattens a line of code and its
+    # comment onto one line and says it until the answer ends, under the code span.
+    head = "配列から最小の要素を取り除くには、次のようにします。"
+    unit = " return sorted(arr)[1:] # 要素をソートし直す"
+    assert unit_looks_like_code(unit) and "\n" not in unit and len(unit) >= 16
+    text = head + unit * 12
+    copies = CycleConfig().one_line_code_copies
+    trip = first_trip(CycleDetector(channel="text"), text, 4)
+    assert trip is not None and trip.evidence["code"] is True
+    span = max(CycleConfig().min_span_text, copies * len(unit))
+    assert trip.at - len(head) == span
+    off = first_trip(CycleDetector(CycleConfig(one_line_code_copies=0), "text"), text, 4)
+    assert off is None
+    # The same statement as whole lines of code stays with the code span: code repeats lines.
+    lines = "def trim(arr):\n    return sorted(arr)[1:]  # 要素をソートし直す\n"
+    assert first_trip(CycleDetector(channel="text"), "# helpers\n" + lines * 8, 4) is None
+    # CPython's test_calendar draws 6 empty cells on one line (29-character unit): no cut.
+    cells = '<td class="noday">&nbsp;</td>' * 6
+    row = f'<tr>{cells}<td class="mon">1</td></tr>\n'
+    assert first_trip(CycleDetector(channel="text"), row * 3) is None

@@ -64,6 +64,15 @@ Measured 2026-12-02 (``calibrate --only "cycle code copies"``): a short code-sha
 cut after 64 copies instead of the 1,536-character code span cuts 7 more loops on the
 text channel (AlpacaEval and ja-vicuna answers drawing markup or symbol strings) and
 trips nothing clean; 32 copies trip a stdlib codec table, 48 is the first clean.
+
+Measured 2026-12-03 (``calibrate --only "one-line code copies"``): code repeats whole
+lines, so a code-shaped unit of 16 or more characters with no line break (and no
+repetition of a shorter unit) is a snippet flattened and said over (ja-vicuna's
+``return sorted(arr)[1:] # ...``). Cut after ``one_line_code_copies`` (4) copies, it
+cuts 10 more loops than the code span (9 ja-vicuna answers and an AlpacaEval one) and 7
+others earlier (``calibrate --cases``); even reading such units as prose trips nothing
+clean (the standard library's longest such run is 6 copies of a 29-character calendar
+cell, under the 256-character span), and 8 copies lose 3 of the loops.
 """
 
 from __future__ import annotations
@@ -76,6 +85,9 @@ from loopbreak._engine.shape import is_blank_table, repeats_its_lines, unit_look
 from loopbreak._engine.trip import Channel, Trip
 
 CYCLE = "cycle"
+ONE_LINE_MIN_PERIOD = 16
+"""Shortest unit that ``one_line_code_copies`` applies to: a shorter one (``0, 0, ``,
+``\\x00``) fills a line of data many times over."""
 _ANCHOR_CHARS = 32
 # _least_run by setting (a handful per process: the channels, the counter variant).
 _LEAST_RUN: dict[tuple[object, ...], int] = {}
@@ -124,6 +136,7 @@ class CycleDetector:
         self._min_span_code = max(min_span, cfg.min_span_code)
         self._blank_table_copies = cfg.blank_table_copies
         self._code_copies = cfg.code_copies
+        self._one_line_copies = cfg.one_line_code_copies
         # The least any unit needs: the anchor search below is sized for it.
         min_span = self._three_copies or min_span
         self._min_span = min_span
@@ -217,6 +230,13 @@ class CycleDetector:
         # Blank table rows: a template leaves a few, a loop draws them on and on.
         copies = (self._blank_table_copies if self._blank_table_copies and is_blank_table(unit)
                   else self._code_copies)
+        if (self._one_line_copies and period >= ONE_LINE_MIN_PERIOD and "\n" not in unit
+                and not (copies and copies <= self._one_line_copies)
+                and (unit + unit).find(unit, 1) == period):
+            # Code repeats whole lines; a unit that repeats within one line is a snippet
+            # flattened and said over and over. Not a repetition of a shorter unit
+            # (`<td></td><td></td>`): that is the shorter unit's to judge.
+            copies = self._one_line_copies
         if copies:
             return max(self._span(period, pool), min(code_span, copies * period))
         return code_span
