@@ -210,12 +210,13 @@ class CycleConfig(_Section):
                                      "whole copies: an answer prints a heading or an item "
                                      "twice and moves on, a trace pastes a passage twice.",
                                 low=0, high=65536)
-    three_copies_reasoning: int = _key(256, "In reasoning, a unit whose three whole copies "
-                                            "fit in min_span_reasoning is cut after three "
-                                            "copies, once this much repeats: a short unit "
-                                            "then lands within two copies and 128 characters "
-                                            "of its start. 0 turns it off. Swept 0-256: 160 "
-                                            "trips a stdlib file, 192 is the first clean; 256 "
+    three_copies_reasoning: int = _key(192, "In reasoning, a prose unit (one with a letter, "
+                                            "not code) whose three whole copies fit in "
+                                            "min_span_reasoning is cut after three copies, "
+                                            "once this much repeats: a short unit then lands "
+                                            "within two copies and 128 characters of its "
+                                            "start. 0 turns it off. Swept 0-256: 128 trips 3 "
+                                            "clean streams, 160 is the first clean; 192 "
                                             "keeps a margin.",
                                        low=0, high=65536)
     two_copies_reasoning: int = _key(192, "In reasoning, units up to this long are cut after two "

@@ -33,11 +33,13 @@ def brute_force(text: str, cfg: CycleConfig, min_span: int,
                                  or (p <= cfg.two_copies_pool_reasoning and _pool(unit)))
             copies = 2 * p + (0 if two else cfg.past_two_copies)
             least = min_span
-            if reasoning and cfg.three_copies_reasoning:
-                # three whole copies suffice once three_copies_reasoning repeats
+            code = unit_looks_like_code(unit)
+            numeric_data = not any(c.isalpha() for c in unit) and any(c.isdigit() for c in unit)
+            if reasoning and cfg.three_copies_reasoning and not code and not numeric_data:
+                # three copies of a prose unit suffice once three_copies_reasoning repeats
                 least = max(min(cfg.three_copies_reasoning, min_span), min(min_span, 3 * p))
             span = max(least, copies)
-            if unit_looks_like_code(unit):
+            if code:
                 code_span = max(cfg.min_span_code, min_span, copies)
                 blank = "|" in unit and not any(c.isalnum() for c in unit)
                 copies_cut = (cfg.blank_table_copies if blank and cfg.blank_table_copies
@@ -114,7 +116,8 @@ def test_a_short_reasoning_unit_is_cut_after_three_copies() -> None:
     trip = first_trip(CycleDetector(CycleConfig(), "reasoning"), text, 4)
     assert trip is not None and trip.evidence["period"] == len(unit)
     onset = len("Let me solve it step by step: ")
-    assert trip.at - onset == 256  # three copies (129) are in by then: the span decides
+    # three copies (129) are in by then: the span decides
+    assert trip.at - onset == CycleConfig().three_copies_reasoning
     off = first_trip(CycleDetector(CycleConfig(three_copies_reasoning=0), "reasoning"), text, 4)
     assert off is not None and off.at - onset == 384
 
@@ -311,7 +314,10 @@ def test_two_copies_and_a_turn_are_not_a_loop_in_an_answer() -> None:
     sentence = ("Alternatively, maybe the reagent is used in the fixation process, and when "
                 "combined with the other one, it is causing the DNA to be more accessible, "
                 "leading to the peaks being lost. But that is not possible. \n\n")
-    turn = sentence[:100] + "fragmented instead, so the peaks move to other regions. " * 4
+    turn = sentence[:100] + ("fragmented instead, so the peaks move to other regions. "
+                             "That fits the first option better than the second one. "
+                             "The control lane shows the same shift, which settles it. "
+                             "So the answer is the first option, and I can stop here. ")
     text = "Let me think about the options.\n\n" + sentence * 2 + turn
     assert first_trip(CycleDetector(channel="text"), text) is None
     assert first_trip(CycleDetector(), text) is None
@@ -320,8 +326,11 @@ def test_two_copies_and_a_turn_are_not_a_loop_in_an_answer() -> None:
 
 def test_a_pool_of_short_lines_is_cut_after_two_copies_in_reasoning() -> None:
     # The seed's DeepSeek stall: a 235-character round of OK. / Output. / Go. lines.
-    unit = "OK.\n\nOutput.\n\nLet me write.\n\nGo.\n\nNow.\n\n" * 5 + "Write it out.\n\n"
-    assert len(unit) > CycleConfig().two_copies_reasoning
+    # Its lines come round in a changing order: no shorter stretch repeats.
+    lines = ["OK.", "Output.", "Let me write.", "Go.", "Now."]
+    rounds = [lines[k:] + lines[:k] for k in (0, 2, 4, 1, 3)]
+    unit = "".join(f"{line}\n\n" for order in rounds for line in order) + "Write it out.\n\n"
+    assert CycleConfig().two_copies_reasoning < len(unit) <= CycleConfig().two_copies_pool_reasoning
     text = "The plan is settled; time to answer the user.\n\n" + unit * 4
     trip = first_trip(CycleDetector(), text, 4)
     assert trip is not None and trip.evidence["period"] == len(unit)
@@ -389,3 +398,24 @@ def test_a_snippet_said_over_on_one_line_is_cut_and_code_lines_are_not() -> None
     cells = '<td class="noday">&nbsp;</td>' * 6
     row = f'<tr>{cells}<td class="mon">1</td></tr>\n'
     assert first_trip(CycleDetector(channel="text"), row * 3) is None
+
+
+def test_three_copies_of_a_data_row_or_code_in_reasoning_are_not_cut_on_three_copies() -> None:
+    # CPython's test_csv holds a sample of identical rows of dates; a thought said over
+    # has words. Each is 54 characters a copy.
+    cfg = CycleConfig()
+    head = "The sample file reads:\n"
+    row = "05/05/03?05/05/03?05/05/03?05/05/03?05/05/03?05/05/03\n"
+    prose = "Wait, so the brother walks 3 steps for five of hers.\n\n"
+    assert len(row) == len(prose) == 54 and cfg.min_span_reasoning > 3 * 54
+    # three copies and the start of a fourth: past three_copies_reasoning, short of the span
+    said = first_trip(CycleDetector(cfg, "reasoning"), head + prose * 4 + "So then.\n", 4)
+    assert said is not None and said.evidence["span"] == max(3 * 54, cfg.three_copies_reasoning)
+    assert first_trip(CycleDetector(cfg, "reasoning"), head + row * 4 + "So then.\n", 4) is None
+    code = "x = f(a)[0]; y = g(b)[1]  # the pair again, both read\n"
+    assert len(code) == 54 and unit_looks_like_code(code)
+    assert first_trip(CycleDetector(cfg, "reasoning"), head + code * 4 + "So then.\n", 4) is None
+    # A flood of marks keeps the three copies: it is no data row.
+    dots = "\n.\n\n" * 60
+    flood = first_trip(CycleDetector(cfg, "reasoning"), head + dots, 4)
+    assert flood is not None and flood.at - len(head) <= cfg.three_copies_reasoning
