@@ -225,6 +225,9 @@ def test_cycle_memory_stays_bounded() -> None:
     "The 20 snowballs take 20/60 = <<20/60=1/3>>1/3 of an hour.\n",
     "(2, -2)と(10, 4)である線分の長さは(10-2)と(10-4)として(7)となります。\n",  # no space before
     "### Response:\n\n```\nI do not understand this question.\n```\n\n",  # fences are markup
+    # Japanese prose indented as a paragraph, no ASCII on the line (ja-vicuna loops)
+    "\tそのため、自宅で仕事をすることのメリットを享受する必要があるのです。\n\n",
+    "  食習慣は、食物を食べるという行動に強く関連しています。\n",
     # symbols alone are a flood, not code
     "]{'",
     "*-+-*",
@@ -246,6 +249,7 @@ def test_prose_punctuation_does_not_make_a_unit_code(unit: str) -> None:
     "x = 5\ny = 6\n", "a[0] = 1; b[1] = 2\n", "assert 1 == 1\nassert 2 >= 1\n",
     "|          |          |\n", "a = b ^ c\n", 're.compile(r"^abc")\n',
     "print(f(3))\n", "y = foo(x) + 1\n", "if a[1:2] == b:\n", "```python\nx = foo(1)\n```\n",
+    "def f():\n    return 'こんにちは'\n", "\tprint(\"食習慣\")\n",
 ])
 def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
@@ -253,7 +257,7 @@ def test_code_symbols_still_make_a_unit_code(code: str) -> None:
     assert unit_looks_like_code(code) and looks_like_code(code + code)
 
 
-@given(st.text(alphabet="ab :*'\n[](=<>$1|", min_size=1, max_size=30), st.integers(0, 29))
+@given(st.text(alphabet="ab :*'\n[](=<>$1|\tあ", min_size=1, max_size=30), st.integers(0, 29))
 def test_a_unit_is_judged_the_same_in_every_rotation(unit: str, k: int) -> None:
     from loopbreak._engine.shape import unit_looks_like_code
 

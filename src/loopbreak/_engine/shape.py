@@ -9,8 +9,11 @@ is prose-shaped (code-symbol share 0.00, no indented line). So the repetition
 rules ask more of code-shaped material before they cut it, and still cut it.
 
 Code-shaped: a line indented by two or more spaces or a tab (a list item is
-not), or code symbols (ASCII brackets, operators, ``_``, backticks...) making at
-least ``CODE_SYMBOL_SHARE`` of the non-space characters. What prose punctuates
+not, nor a line with no ASCII character on it: Japanese prose indented as a
+paragraph, which put two ja-vicuna loops behind the code span; measured
+2026-12-03, nothing clean trips for reading them as prose), or code symbols
+(ASCII brackets, operators, ``_``, backticks...) making at least
+``CODE_SYMBOL_SHARE`` of the non-space characters. What prose punctuates
 with does not count: an apostrophe inside a word (``I'm``), a colon before a
 space (``Output: ...``), ``#`` (headings, hashtags), brackets opened after a
 space with no code inside (``(see above)``, ``[Your Name]``, ``[1, 5, 8]``).
@@ -79,8 +82,10 @@ _ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUA
 # A fence line (three backticks and a language name) marks a block as code; what the
 # block holds is judged on its own symbols.
 _FENCE = re.compile(r"(?:^|(?<=\n))```[\w+-]*(?=\n|$)")
-# A line indented by two or more spaces or a tab, unless it is a list item.
-_INDENTED_LINE = re.compile(r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)\S")
+# A line indented by two or more spaces or a tab, unless it is a list item or holds no
+# ASCII character at all (Japanese or Chinese prose indented as a paragraph).
+_INDENTED_LINE = re.compile(
+    r"\n(?: {2,}|\t)[ \t]*(?![-*+\u2022] |\d{1,3}[.)] |\s)(?=[^\n]*[!-~])\S")
 _NON_SPACE = re.compile(r"\S")
 # The most characters a pattern here looks at around a position (a prose bracket's span).
 _CONTEXT_CHARS = 130
