@@ -107,7 +107,9 @@ def test_text_that_one_character_does_not_fill_is_left_alone(text: str) -> None:
 # --- control-tokens -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("token", ["<|im_start|>\n", "<|im_end|>\n<|im_start|>", "<unk|LLM-jp> ",
-                                   "</s>", "[PAD]"])
+                                   "</s>", "[PAD]",
+                                   # Llama 2's template markers (a FastChat JA MT-bench answer)
+                                   "[<</SYS>>]\n", "[/INST] "])
 def test_leaking_control_tokens_are_cut(token: str) -> None:
     text = INTRO + token * 200
     trip = first_trip(ControlTokensDetector(channel="text"), text)
@@ -118,7 +120,8 @@ def test_leaking_control_tokens_are_cut(token: str) -> None:
 def test_a_text_that_explains_a_chat_template_is_left_alone() -> None:
     chatml = ("ChatML wraps every turn:\n<|im_start|>system\nYou are helpful.<|im_end|>\n"
               "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
-              "The model stops at <|im_end|>; <s> and </s> mark a sequence in Llama 2.\n")
+              "The model stops at <|im_end|>; <s> and </s> mark a sequence in Llama 2.\n"
+              "Llama 2 writes [INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s>\n")
     assert first_trip(ControlTokensDetector(channel="text"), chatml * 1) is None
     assert scan(chatml, "text") is None
 

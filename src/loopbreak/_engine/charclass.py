@@ -23,7 +23,8 @@ LAYOUT_CHARS = frozenset(" \t\u3000-=_*~.·•─━═┄┈│|+#")
 """Characters that draw layout (padding, rules, table borders, dot leaders): char-run lets
 them run longer, char-flood never takes them for a flood's filler."""
 
-CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]")
+CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>|\[(?:PAD|UNK)\]"
+                           r"|<</?SYS>>|\[/?INST\]")
 """A chat-template control token written as text (control-tokens counts them, char-flood
 reads a block without them)."""
 
