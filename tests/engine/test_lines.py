@@ -56,3 +56,26 @@ def test_overlong_lines_are_not_stored() -> None:
 @pytest.mark.parametrize("channel", ["reasoning", "text"])
 def test_lines_leaves_hard_negatives_alone(name: str, channel: str) -> None:
     assert first_trip(LinesDetector(channel=channel), hard_negatives()[name]) is None  # type: ignore[arg-type]
+
+
+def _numbered(items: list[str]) -> str:
+    return "".join(f"{i}. {item}\n" for i, item in enumerate(items, 1))
+
+
+def test_a_pool_said_as_a_numbered_list_trips_under_new_numbers() -> None:
+    # Shaped like a smart-glasses answer: the same books recommended again and again, each
+    # time under the next number, so no two lines are equal as written.
+    books = ['"The Immortal Life of Henrietta Lacks" by Rebecca Skloot - the story of the cells.',
+             '"The Handmaid\'s Tale" by Margaret Atwood - a dystopian novel about control.',
+             '"To Kill a Mockingbird" by Harper Lee - a classic novel of the American South.']
+    order = [0, 1, 0, 2, 1, 0, 2, 2, 1, 0] * 4
+    text = "Here are some books you may like:\n" + _numbered([books[k] for k in order])
+    trip = first_trip(LinesDetector(channel="text"), text)
+    assert trip is not None and trip.evidence["distinct_lines"] <= 4
+    # The same number of distinct items is a list, not a pool.
+    distinct = _numbered([f"{books[k % 3][:40]} (edition {k})" for k in range(40)])
+    assert first_trip(LinesDetector(channel="text"), distinct) is None
+    # The number is read off the same way however the stream is split.
+    for size in (1, 3, 7, 64, len(text)):
+        split = first_trip(LinesDetector(channel="text"), text, size=size)
+        assert split is not None and split.at == trip.at

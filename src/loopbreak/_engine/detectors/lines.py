@@ -17,6 +17,9 @@ one cell changed: a real AlpacaEval answer) and indented lines unless
 ``count_indented``: code
 repeats its lines legitimately (CPython's ``test_exception_variations.py``
 reaches coverage 0.78 at concentration 4), and no real pool line is indented.
+A list item is read without its number (``12. ``, ``(12) ``): a pool said as a
+numbered list repeats its items under new numbers (measured 2026-12-03: 3 more
+real loops cut, 5 earlier, nothing clean at any mass and window swept).
 
 The concentration term spares real reasoning that quotes the same code before
 and after an edit (a real call was once cut at 3,712 of 3,713 characters by a
@@ -34,6 +37,7 @@ no clean stream; a window of 4,096 trips a real productive call; concentration
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
 from collections.abc import Hashable
 
@@ -42,6 +46,28 @@ from loopbreak._engine.shape import is_indented, is_table_row
 from loopbreak._engine.trip import Channel, Trip
 
 LINES = "lines"
+# A list item's number (``12. ``, ``(12) ``, ``3) ``): a pool said as a numbered list
+# repeats its items under new numbers.
+_ENUMERATOR = re.compile(r"\(?\d{1,4}[.):] +")
+
+
+_ITEM_START = frozenset("0123456789(")
+# Lines this short or shorter are not read as items: a number alone on a line (a count,
+# one per line) stays as cheap as before, and ``1. Go.`` is kept whole.
+_ITEM_MIN = 7
+
+
+def _item(stripped: str) -> str:
+    """A stripped line without its list number, if it starts with one (``_judge_lines``
+    inlines this)."""
+    # The space after the number comes by the 7th character (``(1234) ``): a line with
+    # none there (a number alone, one per line) is not searched.
+    if len(stripped) > _ITEM_MIN and stripped[0] in _ITEM_START and \
+            stripped.find(" ", 2, 7) > 0:
+        m = _ENUMERATOR.match(stripped)
+        if m is not None:
+            return stripped[m.end():]
+    return stripped
 
 
 class _Overlong:
@@ -134,7 +160,7 @@ class LinesDetector:
             length = len(line)
             if length < cfg.min_line_chars:
                 return None
-            key = _Overlong() if length > cfg.max_line_chars else line
+            key = _Overlong() if length > cfg.max_line_chars else _item(line)
         self._add(key, length)
         while self._mass > cfg.window_chars and len(self._window) > 1:
             self._remove(*self._window.popleft())
@@ -151,6 +177,7 @@ class LinesDetector:
             cfg.min_mass
         counts, window = self._counts, self._window
         mass, repeated = self._mass, self._repeated
+        enumerator = _ENUMERATOR.match
         key: Hashable
         try:
             for line in itertools.islice(pieces, 1, None):
@@ -168,7 +195,14 @@ class LinesDetector:
                         continue  # a table row
                     if length < min_line:
                         continue
-                    key = _Overlong() if length > max_line else stripped
+                    if length > max_line:
+                        key = _Overlong()
+                    elif length > _ITEM_MIN and stripped[0] in _ITEM_START and \
+                            stripped.find(" ", 2, 7) > 0 and \
+                            (m := enumerator(stripped)) is not None:
+                        key = stripped[m.end():]
+                    else:
+                        key = stripped
                 count = counts.get(key, 0) + 1
                 counts[key] = count
                 window.append((key, length))
