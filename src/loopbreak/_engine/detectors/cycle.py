@@ -103,7 +103,7 @@ _LEAST_RUN: dict[tuple[object, ...], int] = {}
 
 def is_numeric_data(unit: str) -> bool:
     """Whether ``unit`` holds a digit and no letter of any script (``05/05/03?``): a row
-    of data. Marks alone (``\n.\n\n``) are a flood, not data."""
+    of data. Marks alone (a run of dots and line breaks) are a flood, not data."""
     return not any(c.isalpha() for c in unit) and any(c.isdigit() for c in unit)
 
 

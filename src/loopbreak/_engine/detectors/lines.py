@@ -49,8 +49,6 @@ LINES = "lines"
 # A list item's number (``12. ``, ``(12) ``, ``3) ``): a pool said as a numbered list
 # repeats its items under new numbers.
 _ENUMERATOR = re.compile(r"\(?\d{1,4}[.):] +")
-
-
 _ITEM_START = frozenset("0123456789(")
 # Lines this short or shorter are not read as items: a number alone on a line (a count,
 # one per line) stays as cheap as before, and ``1. Go.`` is kept whole.
