@@ -7,8 +7,9 @@ budget ends (43 of 93 real loops in one Japanese MT-bench source), or
 every line: one more FastChat loop, 2026-12-03, nothing clean). Their unit looks
 like code (brackets, bars, underscores), so ``cycle`` waits for its long code
 span, and letters in them keep ``degeneracy`` away. A control token is never
-content: at least ``min_tokens`` of them within ``window_chars`` characters trip. A text that
-explains a chat template quotes a handful (a three-turn ChatML example holds six).
+content: at least ``min_tokens`` of them within ``window_chars`` characters trip.
+A text that explains a chat template quotes a handful (a three-turn ChatML example
+holds six).
 """
 
 from __future__ import annotations

@@ -56,8 +56,7 @@ _ITEM_MIN = 7
 
 
 def _item(stripped: str) -> str:
-    """A stripped line without its list number, if it starts with one (``_judge_lines``
-    inlines this)."""
+    """A stripped line without its list number, if it starts with one."""
     # The space after the number comes by the 7th character (``(1234) ``): a line with
     # none there (a number alone, one per line) is not searched.
     if len(stripped) > _ITEM_MIN and stripped[0] in _ITEM_START and \
@@ -175,7 +174,6 @@ class LinesDetector:
             cfg.min_mass
         counts, window = self._counts, self._window
         mass, repeated = self._mass, self._repeated
-        enumerator = _ENUMERATOR.match
         key: Hashable
         try:
             for line in itertools.islice(pieces, 1, None):
@@ -195,10 +193,9 @@ class LinesDetector:
                         continue
                     if length > max_line:
                         key = _Overlong()
-                    elif length > _ITEM_MIN and stripped[0] in _ITEM_START and \
-                            stripped.find(" ", 2, 7) > 0 and \
-                            (m := enumerator(stripped)) is not None:
-                        key = stripped[m.end():]
+                    elif length > _ITEM_MIN and stripped[0] in _ITEM_START:
+                        # Most lines start with a letter: only these pay for the call.
+                        key = _item(stripped)
                     else:
                         key = stripped
                 count = counts.get(key, 0) + 1
