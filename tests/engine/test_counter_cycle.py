@@ -235,3 +235,21 @@ def test_an_endless_number_a_digit_a_delta_keeps_memory_flat_and_the_trip_in_pla
     whole = first_trip(CounterCycleDetector(channel="text"), text, size=997)
     assert trip is not None and whole is not None
     assert trip.at == whole.at and trip.at > 30_000
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_trip_maps_back_through_thousands_of_deltas_that_dropped_digits(seed: int) -> None:
+    # Numeric text fed a few characters at a time leaves one entry per delta that dropped a
+    # digit (more than the 4,096 kept, so the oldest are forgotten); the counted list after
+    # it must still map back to the character a whole-text read finds.
+    rng = random.Random(seed)
+    noise = ", ".join(str(rng.randrange(10, 10**6)) for _ in range(rng.randrange(3000, 6000)))
+    start = rng.randrange(1, 500)
+    loop = "".join(f"{n}. Pluto is planet number {n * 7}\n" for n in range(start, start + 200))
+    text = noise + "\n\nAnd the list:\n" + loop
+    expected = first_trip(CounterCycleDetector(channel="text"), text, size=len(text))
+    assert expected is not None and expected.at > len(noise)
+    detector = CounterCycleDetector(channel="text")
+    trip, _ = feed_pieces(detector, split_random(text, rng, 6))
+    assert detector._forgotten > 0
+    assert trip is not None and (trip.at, trip.evidence) == (expected.at, expected.evidence)

@@ -34,6 +34,7 @@ the first clean, 768 keeps a margin). Of the 6 runaway lists SmolLM2-135M wrote
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.charclass import CJK_RANGES
@@ -128,6 +129,11 @@ class CounterCycleDetector(CycleDetector):
         # went on with its last number). A reading position is mapped back to the stream
         # only when a trip is found, so a delta costs no more than its reading.
         self._drops: list[tuple[int, int, str, bool, int]] = []
+        # Beside each entry: where its reading starts, and the digits dropped before it
+        # (by every delta since the stream began), so a trip maps back in a search, not a
+        # walk over every entry kept (4,096 of them in numeric text).
+        self._drop_starts: list[int] = []
+        self._dropped_before: list[int] = []
         # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
 
@@ -135,6 +141,8 @@ class CounterCycleDetector(CycleDetector):
         super().reset()
         self._after_digit = False
         self._drops.clear()
+        self._drop_starts.clear()
+        self._dropped_before.clear()
         self._forgotten = 0
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
@@ -163,12 +171,23 @@ class CounterCycleDetector(CycleDetector):
                 start, end, last, last_goes_on, after = drops[-1]
                 drops[-1] = (start, end, last, last_goes_on, after + len(mapped))
             else:
-                drops.append((done, done, "", False, len(mapped)))
+                self._add_drop((done, done, "", False, len(mapped)))
             return reading
-        drops.append((done, done + len(reading), mapped, goes_on, 0))
+        self._add_drop((done, done + len(reading), mapped, goes_on, 0))
         if len(drops) > 4096:
             self._forget()
         return reading
+
+    def _add_drop(self, entry: tuple[int, int, str, bool, int]) -> None:
+        drops = self._drops
+        before = self._forgotten
+        if drops:
+            # The last entry is complete now: its digits after it can no longer grow.
+            start, end, mapped, _, after = drops[-1]
+            before = self._dropped_before[-1] + _all_dropped(start, end, mapped, after)
+        drops.append(entry)
+        self._drop_starts.append(entry[0])
+        self._dropped_before.append(before)
 
     def _forget(self) -> None:
         # Deltas that end before the buffer can no longer be asked for.
@@ -176,18 +195,22 @@ class CounterCycleDetector(CycleDetector):
         keep_from = 0
         while keep_from < len(drops) and drops[keep_from][1] < self._base:
             start, end, mapped, _, after = drops[keep_from]
-            self._forgotten += len(mapped) - (end - start) + after
+            self._forgotten += _all_dropped(start, end, mapped, after)
             keep_from += 1
         del drops[:keep_from]
+        del self._drop_starts[:keep_from]
+        del self._dropped_before[:keep_from]
 
     def _original(self, at: int) -> int:
         # A dropped digit counts once ``at`` passes the reading position just after the
         # digit its run kept (for a run that went on from the last delta: where this
-        # delta's reading starts).
-        dropped = self._forgotten
-        for start, end, mapped, goes_on, after in self._drops:
-            if start >= at:
-                break
+        # delta's reading starts). Every entry before the last that starts before ``at``
+        # ends before it (entries follow one another), so only that one is read.
+        last = bisect_left(self._drop_starts, at) - 1
+        if last < 0:
+            return at + self._forgotten
+        dropped = self._dropped_before[last]
+        for start, end, mapped, goes_on, after in self._drops[last : last + 1]:
             if end < at:
                 dropped += after
             body = 0
@@ -215,6 +238,11 @@ class CounterCycleDetector(CycleDetector):
         return (numbers > 0 and self._distinct_enough(unit)
                 and numbers <= max(2, _words(unit) / self._words_per_number)
                 and word_share(unit) >= self._min_word_share)
+
+
+def _all_dropped(start: int, end: int, mapped: str, after: int) -> int:
+    """The digits an entry of ``_drops`` dropped, all of them: its own and those after it."""
+    return len(mapped) - (end - start) + after
 
 
 def _words(unit: str) -> int:
