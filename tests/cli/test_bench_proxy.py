@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 
+import httpx
 import pytest
 
 from loopbreak._config import Config
@@ -23,6 +24,7 @@ from loopbreak.bench.proxy import (
     PLACEHOLDER,
     QUICK,
     REPORT_KEYS,
+    STAMP_FIELD,
     TARGET_P99_ADDED_NS,
     TARGET_STREAMS,
     Latency,
@@ -33,17 +35,18 @@ from loopbreak.bench.proxy import (
     StreamResult,
     added_latency,
     check_sequence,
-    chunk_text,
     clean_text,
     proxy_report_dict,
     quantile,
     scan_events,
+    stamp_text,
     stream_script,
     summarise,
 )
 from loopbreak.bench.throughput import machine_info
 from loopbreak.cli import main
 from loopbreak.cli.bench import PROXY_HELP_DEFAULTS, render_proxy
+from loopbreak.testing import ScriptedUpstream
 
 MS = 1_000_000
 
@@ -94,10 +97,11 @@ def test_latency_summary_and_added_latency() -> None:
 
 
 def test_scan_events_reads_sequence_and_stamp_with_the_given_receive_time() -> None:
-    first = chunk_text(7, "def f():", stamp="1" * 19)
-    second = chunk_text(8, "pass", stamp="1" * 18 + "5")
-    data = (f'data: {{"choices":[{{"delta":{{"reasoning_content":"{first}"}}}}]}}\n\n'
-            f'data: {{"choices":[{{"delta":{{"content":"{second}"}}}}]}}\n\n'
+    first = stamp_text(7, stamp="1" * 19)
+    second = stamp_text(8, stamp="1" * 18 + "5")
+    data = (f'data: {{"choices":[{{"delta":{{"reasoning_content":"def f():"}}}}],'
+            f'"{STAMP_FIELD}":"{first}"}}\n\n'
+            f'data: {{"choices":[{{"delta":{{"content":"pass"}}}}],"{STAMP_FIELD}":"{second}"}}\n\n'
             "data: [DONE]\n\n").encode()
     now = int("1" * 19) + 1000
     seqs, latencies, done = scan_events(data, now)
@@ -159,15 +163,38 @@ def test_help_shows_the_real_defaults() -> None:
         assert getattr(QUICK, name) == quick, name
 
 
-def test_the_script_carries_stamped_sequence_numbers_reasoning_then_text() -> None:
+def test_the_script_stamps_each_chunk_beside_its_clean_delta() -> None:
     settings = replace(QUICK, chunks=6, piece_chars=8)
-    script = stream_script(settings, "abcdefgh" * 6)
-    bodies = [event.text for event in script.events]
+    text = "abcdefgh" * 6
+    script = stream_script(settings, text)
     assert [type(e).__name__ for e in script.events] == ["Reasoning"] * 3 + ["Text"] * 3
-    assert all(body.startswith(f"{i:06d}:{PLACEHOLDER}|") for i, body in enumerate(bodies))
+    # The delta is the clean text alone: the guard never judges the stamp.
+    assert "".join(event.text for event in script.events) == text
+    assert [event.fields for event in script.events] == [
+        ((STAMP_FIELD, f"{i:06d}:{PLACEHOLDER}|"),) for i in range(6)]
     assert script.delivery.delay == pytest.approx(1 / settings.chunks_per_s)
-    stamped = f'"{chunk_text(3, "x", stamp="1" * 19)}'.encode()
+    stamped = f'"{stamp_text(3, stamp="1" * 19)}'.encode()
     assert MARK.search(stamped) is not None
+
+
+def test_the_upstream_sends_each_stamp_in_its_chunk_and_the_client_reads_it() -> None:
+    # The real scripted upstream, a real client: every content chunk arrives with its
+    # stamp in its own field, and the deltas put together are the clean text.
+    settings = replace(QUICK, chunks=6, piece_chars=8, chunks_per_s=1000.0)
+    text = "abcdefgh" * 6
+    with ScriptedUpstream(default=stream_script(settings, text)) as upstream:
+        response = httpx.post(upstream.url + "/v1/chat/completions",
+                              json={"model": "m", "messages": [], "stream": True}, timeout=30)
+    data = response.content.replace(PLACEHOLDER.encode(), b"1" * 19)
+    seqs, _, done = scan_events(data, int("1" * 19))
+    assert seqs == list(range(6)) and done
+    chunks = [json.loads(line[6:]) for line in data.decode().split("\n")
+              if line.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    said = "".join(d.get("reasoning_content") or d.get("content") or "" for d in deltas)
+    assert said == text
+    assert [c[STAMP_FIELD] for c in chunks if STAMP_FIELD in c] == [
+        f"{i:06d}:{'1' * 19}|" for i in range(6)]
 
 
 def test_the_default_stream_is_clean_to_the_guard() -> None:
@@ -176,9 +203,8 @@ def test_the_default_stream_is_clean_to_the_guard() -> None:
     text = clean_text(settings.chunks * settings.piece_chars)
     guard = CallGuard(Config())
     for event in stream_script(settings, text).events:
-        stamp = str(1_700_000_000_000_000_000 + 123_456_789 * len(event.text))
         channel: Channel = "reasoning" if type(event).__name__ == "Reasoning" else "text"
-        assert guard.feed(channel, event.text.replace(PLACEHOLDER, stamp)) is None
+        assert guard.feed(channel, event.text) is None
 
 
 # --- the options -----------------------------------------------------------------------

@@ -466,6 +466,23 @@ def test_non_streaming_repeat_keeps_the_streamed_block_order() -> None:
     assert started == ["thinking", "text", "thinking", "text"]
 
 
+def test_extra_fields_ride_in_the_event_that_carries_the_delta() -> None:
+    # A benchmark's stamp travels beside a delta, never inside the text a client assembles.
+    events = (Reasoning("r", (("stamp", "1"),)), Text("t", (("stamp", "2"),)), Text("u"))
+    script = Script(events, dialect="openai")
+    chunks = [json.loads(e.data) for e in openai_events(script, Context("openai", "m", "c", 0, 0))
+              if e.data != "[DONE]"]
+    assert [c.get("stamp") for c in chunks if c["choices"][0]["delta"].get("reasoning_content")
+            or c["choices"][0]["delta"].get("content")] == ["1", "2", None]
+    script = Script(events, dialect="anthropic")
+    ctx = Context("anthropic", "m", "c", 0, 0)
+    deltas = [d for d in (json.loads(e.data) for e in anthropic_events(script, ctx)
+                          if e.name == "content_block_delta")
+              if d["delta"]["type"] in ("thinking_delta", "text_delta")]
+    assert [(d["delta"].get("thinking", d["delta"].get("text")), d.get("stamp"))
+            for d in deltas] == [("r", "1"), ("t", "2"), ("u", None)]
+
+
 # -- misbehaviour -----------------------------------------------------------------------
 
 

@@ -724,8 +724,9 @@ def render_proxy(report: ProxyBenchReport) -> None:
         console.print(
             f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
             f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
-            f"({s.stream_seconds:g} s, ~{s.piece_chars + 27} chars each, reasoning then "
-            f"text, clean), started over {s.ramp_seconds:g} s; upstream, proxy and client in "
+            f"({s.stream_seconds:g} s, {s.piece_chars} chars of text each and a send stamp "
+            f"beside it, reasoning then text, clean), started over {s.ramp_seconds:g} s; "
+            f"upstream, proxy and client in "
             + ("a process each." if s.workers == 1 else
                f"processes of their own, the proxy (and the relay) in {s.workers} workers."),
             highlight=False)

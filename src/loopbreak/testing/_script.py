@@ -90,16 +90,20 @@ def split_chars(text: str, piece_chars: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Reasoning:
-    """One reasoning (thinking) delta, sent exactly as given."""
+    """One reasoning (thinking) delta, sent exactly as given. ``fields``: extra top-level
+    JSON fields of the one wire event that carries it (a benchmark's send stamp, kept out
+    of the text a guard judges); none in a real stream's shape."""
 
     text: str
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Text:
-    """One visible-text delta, sent exactly as given."""
+    """One visible-text delta, sent exactly as given; ``fields`` as for :class:`Reasoning`."""
 
     text: str
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,10 @@ def openai_events(script: Script, ctx: Context) -> Iterator[WireEvent]:
         "system_fingerprint": None,
     }
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> WireEvent:
+    def chunk(delta: dict[str, Any], finish: str | None = None,
+              fields: tuple[tuple[str, str], ...] = ()) -> WireEvent:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        obj: dict[str, Any] = {**head, "choices": [choice]}
+        obj: dict[str, Any] = {**head, "choices": [choice], **dict(fields)}
         if usage_chunk:
             # With include_usage every other chunk carries "usage": null.
             obj["usage"] = None
@@ -112,10 +113,10 @@ def openai_events(script: Script, ctx: Context) -> Iterator[WireEvent]:
     for event in script.iter_events():
         if isinstance(event, Reasoning):
             delta = {"content": None, field: event.text} if deepseek else {field: event.text}
-            yield chunk(with_role(delta))
+            yield chunk(with_role(delta), fields=event.fields)
         elif isinstance(event, Text):
             delta = {"content": event.text, field: None} if deepseek else {"content": event.text}
-            yield chunk(with_role(delta))
+            yield chunk(with_role(delta), fields=event.fields)
         else:
             start = {
                 "index": calls,
@@ -236,10 +237,12 @@ def anthropic_events(script: Script, ctx: Context) -> Iterator[WireEvent]:
                 yield _event("ping", {})
         if isinstance(event, Reasoning):
             delta = {"type": "thinking_delta", "thinking": event.text}
-            yield _event("content_block_delta", {"index": index, "delta": delta})
+            yield _event("content_block_delta",
+                         {"index": index, "delta": delta, **dict(event.fields)})
         elif isinstance(event, Text):
             delta = {"type": "text_delta", "text": event.text}
-            yield _event("content_block_delta", {"index": index, "delta": delta})
+            yield _event("content_block_delta",
+                         {"index": index, "delta": delta, **dict(event.fields)})
         else:
             for piece in event.arguments:
                 delta = {"type": "input_json_delta", "partial_json": piece}
