@@ -126,14 +126,11 @@ class CounterCycleDetector(CycleDetector):
         # The deltas whose reading dropped digits: (reading position where the delta's
         # reading starts and ends, the delta with digits read as 0, whether its leading
         # digits went on from the last delta's, digits dropped after it by deltas that only
-        # went on with its last number). A reading position is mapped back to the stream
-        # only when a trip is found, so a delta costs no more than its reading.
-        self._drops: list[tuple[int, int, str, bool, int]] = []
-        # Beside each entry: where its reading starts, and the digits dropped before it
-        # (by every delta since the stream began), so a trip maps back in a search, not a
+        # went on with its last number, digits dropped before it since the stream began).
+        # A reading position is mapped back to the stream only when a trip is found, so a
+        # delta costs no more than its reading; the last field makes that a search, not a
         # walk over every entry kept (4,096 of them in numeric text).
-        self._drop_starts: list[int] = []
-        self._dropped_before: list[int] = []
+        self._drops: list[tuple[int, int, str, bool, int, int]] = []
         # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
 
@@ -141,8 +138,6 @@ class CounterCycleDetector(CycleDetector):
         super().reset()
         self._after_digit = False
         self._drops.clear()
-        self._drop_starts.clear()
-        self._dropped_before.clear()
         self._forgotten = 0
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
@@ -168,62 +163,57 @@ class CounterCycleDetector(CycleDetector):
             # Only more digits of the last number (an endless one, a digit a delta): they
             # drop where the reading stands, counted on the entry that ends there.
             if drops and drops[-1][1] == done:
-                start, end, last, last_goes_on, after = drops[-1]
-                drops[-1] = (start, end, last, last_goes_on, after + len(mapped))
+                start, end, last, last_goes_on, after, before = drops[-1]
+                drops[-1] = (start, end, last, last_goes_on, after + len(mapped), before)
             else:
-                self._add_drop((done, done, "", False, len(mapped)))
+                self._add_drop(done, done, "", False, len(mapped))
             return reading
-        self._add_drop((done, done + len(reading), mapped, goes_on, 0))
+        self._add_drop(done, done + len(reading), mapped, goes_on, 0)
         if len(drops) > 4096:
             self._forget()
         return reading
 
-    def _add_drop(self, entry: tuple[int, int, str, bool, int]) -> None:
+    def _add_drop(self, start: int, end: int, mapped: str, goes_on: bool, after: int) -> None:
         drops = self._drops
         before = self._forgotten
         if drops:
             # The last entry is complete now: its digits after it can no longer grow.
-            start, end, mapped, _, after = drops[-1]
-            before = self._dropped_before[-1] + _all_dropped(start, end, mapped, after)
-        drops.append(entry)
-        self._drop_starts.append(entry[0])
-        self._dropped_before.append(before)
+            last_start, last_end, last, _, last_after, last_before = drops[-1]
+            before = last_before + _all_dropped(last_start, last_end, last, last_after)
+        drops.append((start, end, mapped, goes_on, after, before))
 
     def _forget(self) -> None:
         # Deltas that end before the buffer can no longer be asked for.
         drops = self._drops
         keep_from = 0
         while keep_from < len(drops) and drops[keep_from][1] < self._base:
-            start, end, mapped, _, after = drops[keep_from]
+            start, end, mapped, _, after, _ = drops[keep_from]
             self._forgotten += _all_dropped(start, end, mapped, after)
             keep_from += 1
         del drops[:keep_from]
-        del self._drop_starts[:keep_from]
-        del self._dropped_before[:keep_from]
 
     def _original(self, at: int) -> int:
         # A dropped digit counts once ``at`` passes the reading position just after the
         # digit its run kept (for a run that went on from the last delta: where this
         # delta's reading starts). Every entry before the last that starts before ``at``
         # ends before it (entries follow one another), so only that one is read.
-        last = bisect_left(self._drop_starts, at) - 1
+        last = bisect_left(self._drops, at, key=_entry_start) - 1
         if last < 0:
             return at + self._forgotten
-        dropped = self._dropped_before[last]
-        for start, end, mapped, goes_on, after in self._drops[last : last + 1]:
-            if end < at:
-                dropped += after
-            body = 0
-            if goes_on:
-                body = len(mapped) - len(mapped.lstrip("0"))
-                dropped += body
-            before = 0  # digits of this delta dropped after the leading run, so far
-            for run in _ZERO_RUN.finditer(mapped, body):
-                if start + run.start() - body - before + 1 >= at:
-                    break
-                lost = run.end() - run.start() - 1
-                dropped += lost
-                before += lost
+        start, end, mapped, goes_on, after, dropped = self._drops[last]
+        if end < at:
+            dropped += after
+        body = 0
+        if goes_on:
+            body = len(mapped) - len(mapped.lstrip("0"))
+            dropped += body
+        before = 0  # digits of this delta dropped after the leading run, so far
+        for run in _ZERO_RUN.finditer(mapped, body):
+            if start + run.start() - body - before + 1 >= at:
+                break
+            lost = run.end() - run.start() - 1
+            dropped += lost
+            before += lost
         return at + dropped
 
     def _may_end_here(self, n0: int, n1: int) -> bool:
@@ -238,6 +228,10 @@ class CounterCycleDetector(CycleDetector):
         return (numbers > 0 and self._distinct_enough(unit)
                 and numbers <= max(2, _words(unit) / self._words_per_number)
                 and word_share(unit) >= self._min_word_share)
+
+
+def _entry_start(entry: tuple[int, int, str, bool, int, int]) -> int:
+    return entry[0]
 
 
 def _all_dropped(start: int, end: int, mapped: str, after: int) -> int:
