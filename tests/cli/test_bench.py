@@ -525,7 +525,7 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert stops[("loopbreak (text)", "counting run")] > 0
     assert stops[("loopbreak (text)", "unique lines")] == 0
     assert [p["name"] for p in report["parts"]] == ["tool argument", "SSE event",
-                                                    "history replay"]
+                                                    "history replay, cold", "history replay"]
     assert all(len(p["ms"]) == 3 and p["median_ms"] > 0 for p in report["parts"])
     slowest = report["targets"]["slowest"]
     assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]
@@ -552,3 +552,7 @@ def test_history_body_is_the_size_the_suite_says() -> None:
     body = history_body(800)
     assert sum(1 for m in body["messages"] if m["role"] == "assistant") == 800
     assert 5e6 < len(json.dumps(body)) < 8e6
+    # Every result is a numbered file read: digits on every line, as real tool output has.
+    results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+    assert all(line.split("\t")[0].strip().isdigit()
+               for r in results for line in r.splitlines() if not line.startswith("Error"))

@@ -23,6 +23,7 @@ from typing import Any
 
 from loopbreak._config import ToolFailureConfig
 from loopbreak._engine import tool_steps
+from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
 from loopbreak._engine.notices import Language, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
 from loopbreak._engine.tool_steps import digest as _digest
@@ -32,8 +33,8 @@ __all__ = ["ToolDecision", "ToolFailureBreaker", "ToolGuidance", "canonical_argu
 
 RULE = "tool-failure"
 
+_HEX_ID_CHARS = 6
 _HEX = re.compile(r"0x[0-9a-f]+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b")
-_DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
 
 
@@ -181,9 +182,12 @@ def _normalise_error(text: str, max_chars: int) -> str:
 
 
 def _normalise(text: str) -> str:
-    text = _HEX.sub("<hex>", text.lower())
-    text = _DIGITS.sub("<n>", text)
-    return _SPACE.sub(" ", text).strip()
+    text = text.lower()
+    if may_hold_hex_run(text, _HEX_ID_CHARS):
+        text = _HEX.sub("<hex>", text)
+    # Whitespace runs as one space, ends stripped: str.split() and \s read the same
+    # characters as whitespace.
+    return " ".join(mask_digit_runs(text, "<n>").split())
 
 
 class ToolFailureBreaker:

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
+
 # A run of hex digits is an id when it holds a letter and a digit (checked on the match:
 # lookaheads at every word boundary cost a proxy's history replay ten times more).
+_HEX_ID_CHARS = 8
 _HEX_RUN = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b")
 _LETTER = re.compile(r"[a-fA-F]")
 _DIGIT = re.compile(r"\d")
-_DIGITS = re.compile(r"\d+")
 # A proxy replays the whole history on every request: the same results come back each
 # time, so their fingerprints are kept (results up to 64 kB, a bounded number).
 _CACHED_CHARS = 1 << 16
@@ -41,10 +43,6 @@ def digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
-def _digest_words(text: str) -> str:
-    return digest(" ".join(text.split()))
-
-
 def result_fingerprints(result: str) -> tuple[str, str]:
     """Two short digests of a tool result: one two results share when a reader would call
     them the same (whitespace and long hex ids aside), and one that also masks every digit
@@ -55,8 +53,10 @@ def result_fingerprints(result: str) -> tuple[str, str]:
 
 
 def _fingerprints(result: str) -> tuple[str, str]:
-    text = _HEX_RUN.sub(_id, result)
-    return _digest_words(text), _digest_words(_DIGITS.sub("#", text))
+    text = _HEX_RUN.sub(_id, result) if may_hold_hex_run(result, _HEX_ID_CHARS) else result
+    # No digit is whitespace: the digits are masked after the collapse, on fewer characters.
+    words = " ".join(text.split())
+    return digest(words), digest(mask_digit_runs(words, "#"))
 
 
 _cached_fingerprints = lru_cache(maxsize=_CACHE_SIZE)(_fingerprints)

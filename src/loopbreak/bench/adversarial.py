@@ -14,7 +14,9 @@ clean text did, or one a model really produces in a loop:
   input however often it trips;
 * the parts around the engine: one tool call whose arguments stream in 4-character
   pieces (1 MB), one 4 MB server-sent event read in 16 kB pieces, and a request
-  history of 800 calls replayed as the proxy does on every request.
+  history of 800 calls replayed as the proxy does on every request: cold (a
+  session's first request to a proxy just started, nothing kept) and as later
+  requests find it (the results' fingerprints kept from the request before).
 
 Every figure is repeated; the report gives the median and the range.
 """
@@ -224,25 +226,51 @@ def history_body(calls: int = 800, seed: int = 11) -> dict[str, Any]:
             "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {
                 "name": "read_file", "arguments": json.dumps({"path": f"src/m{i % 40}.py"})}}],
         })
-        result = ("Error: no such file or directory\n" if i % 3 == 0 else "") + para(220)
+        # A file read as `cat -n` shows it: numbered lines (digits every line, as real tool
+        # output has them).
+        first = 1 + 17 * (i % 40)
+        lines = [f"{first + n:6d}\t{para(11)}" for n in range(20)]
+        result = ("Error: no such file or directory\n" if i % 3 == 0 else "") + "\n".join(lines)
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": result})
     return {"model": "bench", "messages": messages, "stream": True}
 
 
+def _history(scale: float) -> tuple[dict[str, Any], str]:
+    body = history_body(max(20, int(800 * scale)))
+    calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    return body, f"{calls:,} calls, {len(json.dumps(body)) / 1e6:.1f} MB"
+
+
 def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
-    """The proxy's replay of an 800-call history (what it does on every request): the
-    first time with the tool-result caches empty, then as every later request finds them."""
+    """The proxy's replay of an 800-call history as a session's every later request finds
+    it: the results' fingerprints and verdicts kept from the request before (the same
+    results come back each time)."""
+    from loopbreak._config import Config
+    from loopbreak._recovery.history import replay
+
+    body, what = _history(scale)
+    config = Config()
+    replay(body, "openai", config)
+    return PartResult("history replay", f"{what}, a session's later requests",
+                      TARGET_HISTORY_MS,
+                      _timed(lambda: replay(body, "openai", config), repeats, clock))
+
+
+def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """The same replay with nothing kept: a session's first request to a proxy that has
+    just started (or that has forgotten the session's results)."""
     from loopbreak._config import Config
     from loopbreak._recovery.history import clear_caches, replay
 
-    body = history_body(max(20, int(800 * scale)))
-    size = len(json.dumps(body))
+    body, what = _history(scale)
     config = Config()
-    calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
-    clear_caches()
-    return PartResult("history replay", f"{calls:,} calls, {size / 1e6:.1f} MB (first run "
-                      "cold)", TARGET_HISTORY_MS,
-                      _timed(lambda: replay(body, "openai", config), repeats, clock))
+
+    def run() -> None:
+        clear_caches()
+        replay(body, "openai", config)
+
+    return PartResult("history replay, cold", f"{what}, a session's first request",
+                      TARGET_HISTORY_MS, _timed(run, repeats, clock))
 
 
 def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *,
@@ -254,7 +282,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     subjects: list[Subject] = [loopbreak_subject(channel) for channel in CHANNELS]
     subjects += [p.subject for p in peers if p.subject is not None]
     results: list[EngineResult] = []
-    steps = len(inputs) * len(subjects) + 3
+    steps = len(inputs) * len(subjects) + 4
     done = 0
     for item in inputs:
         for subject in subjects:
@@ -266,7 +294,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
             results.append(EngineResult(subject.name, item.name, tp))
             done += 1
     parts = []
-    for part in (tool_argument_part, sse_event_part, history_part):
+    for part in (tool_argument_part, sse_event_part, history_cold_part, history_part):
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
         parts.append(part(settings.repeats, settings.scale, clock))
