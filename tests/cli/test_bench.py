@@ -556,3 +556,17 @@ def test_history_body_is_the_size_the_suite_says() -> None:
     results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
     assert all(line.split("\t")[0].strip().isdigit()
                for r in results for line in r.splitlines() if not line.startswith("Error"))
+
+
+def test_history_parts_run_under_the_proxys_collector_then_restore_it() -> None:
+    import gc
+
+    from loopbreak.bench.adversarial import _collector_as_in_a_proxy
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with _collector_as_in_a_proxy():
+        # As `loopbreak proxy` runs: start-up objects frozen, a first threshold of 50,000.
+        assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    if not frozen:
+        assert gc.get_freeze_count() == 0
