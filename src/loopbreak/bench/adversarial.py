@@ -29,7 +29,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,10 +318,8 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     for part in (tool_argument_part, sse_event_part, history_cold_part, history_part):
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
-        if part in (history_cold_part, history_part):
-            with _collector_as_in_a_proxy():
-                parts.append(part(settings.repeats, settings.scale, clock))
-        else:
+        proxy_work = part in (history_cold_part, history_part)
+        with _collector_as_in_a_proxy() if proxy_work else nullcontext():
             parts.append(part(settings.repeats, settings.scale, clock))
         done += 1
     if on_progress is not None:
