@@ -312,3 +312,38 @@ def test_a_replayed_history_counts_the_cuts_its_answers_carry(language: str,
         messages.append({"role": "assistant", "content": answer})
         counts.append(replay_history({"messages": messages}, "openai", Config()).cuts_this_turn)
     assert counts == [1, 1, 1, 2]
+
+
+def test_many_long_sessions_replayed_in_turn_keep_their_tool_results_readings() -> None:
+    # A proxy serving thirty agents replays each one's history on every request: 4,500
+    # tool results in turn, more than an entry-bounded cache of 4,096 held (every request
+    # was replayed cold). Bounded by characters, the second round reads nothing again.
+    from loopbreak._engine import tool_failure, tool_steps
+    from loopbreak._recovery import history
+    from loopbreak.bench.adversarial import history_body
+
+    sessions = [history_body(150, seed=200 + k) for k in range(30)]
+    results = {m["content"] for body in sessions for m in body["messages"]
+               if m["role"] == "tool"}
+    assert len(results) > 4096
+    computed: list[str] = []
+    caches = (tool_steps._kept_fingerprints, tool_failure._kept_failure_readings)
+    originals = [cache._compute for cache in caches]
+    try:
+        for cache, original in zip(caches, originals):
+            def counted(text: str, *extra: Any, _original: Any = original) -> Any:
+                computed.append(text)
+                return _original(text, *extra)
+            cache._compute = counted
+        history.clear_caches()
+        views = [replay_history(body, "openai", Config()) for body in sessions]
+        assert len(computed) >= 2 * len(results)
+        computed.clear()
+        again = [replay_history(body, "openai", Config()) for body in sessions]
+        assert computed == []
+        # The same readings: the same guidance on the same results.
+        assert [v.guidance.keys() for v in again] == [v.guidance.keys() for v in views]
+    finally:
+        for cache, original in zip(caches, originals):
+            cache._compute = original
+        history.clear_caches()

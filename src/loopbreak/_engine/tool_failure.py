@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from typing import Any
 
 from loopbreak._config import ToolFailureConfig
 from loopbreak._engine import tool_steps
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
 from loopbreak._engine.notices import Language, render
+from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
 from loopbreak._engine.tool_steps import digest as _digest
 
@@ -63,30 +63,25 @@ def canonical_arguments(arguments: Any, max_depth: int = 8, max_chars: int = 409
     """
     if isinstance(arguments, (bytes, bytearray)):
         arguments = arguments.decode("utf-8", "replace")
-    if isinstance(arguments, str) and len(arguments) <= _CACHED_CHARS:
-        return _canonical_text(arguments, max_depth, max_chars)
+    if isinstance(arguments, str):
+        return _kept_canonical_forms(arguments, max_depth, max_chars)
     return _canonical(arguments, max_depth, max_chars)
 
 
 # A proxy replays the whole history on every request: the same arguments and results
-# come back each time, so their canonical forms and verdicts are kept (short texts only,
-# a bounded number of them).
+# come back each time, so their canonical forms and verdicts are kept (texts up to
+# _CACHED_CHARS, KEPT_CHARS characters of them per cache).
 _CACHED_CHARS = 4096
-_CACHE_SIZE = 4096
+_FAILURE_HEAD_CHARS = 2000
 
 
 def clear_caches() -> None:
     """Forget the kept canonical forms, verdicts and fingerprints (a benchmark's cold
     start)."""
     tool_steps.clear_caches()
-    _canonical_text.cache_clear()
-    _head_looks_like_failure.cache_clear()
-    _normalise_error_cached.cache_clear()
-
-
-@lru_cache(maxsize=_CACHE_SIZE)
-def _canonical_text(arguments: str, max_depth: int, max_chars: int) -> str:
-    return _canonical(arguments, max_depth, max_chars)
+    _kept_canonical_forms.clear()
+    _kept_failure_readings.clear()
+    _kept_error_forms.clear()
 
 
 def _canonical(arguments: Any, max_depth: int, max_chars: int) -> str:
@@ -100,6 +95,9 @@ def _canonical(arguments: Any, max_depth: int, max_chars: int) -> str:
     if len(text) > max_chars:
         text = f"{text[: max_chars - 20]}…#{_digest(text)}"
     return text
+
+
+_kept_canonical_forms = TextCache(_canonical, KEPT_CHARS, _CACHED_CHARS)
 
 
 # How a failure report starts, and what says one anywhere in its head. Two patterns so
@@ -136,11 +134,9 @@ def looks_like_failure(result: str) -> bool:
     report (also after a one-line header ending in a colon), reports nothing found or an
     invalid action, carries a JSON ``error``, or says a command exited non-zero or an edit
     was not applied. Hosts that know should say so instead."""
-    head = result[:2000]
-    return _head_looks_like_failure(head)
+    return _kept_failure_readings(result[:_FAILURE_HEAD_CHARS])
 
 
-@lru_cache(maxsize=_CACHE_SIZE)
 def _head_looks_like_failure(head: str) -> bool:
     if _FAILURE_START.match(head):
         return True
@@ -153,16 +149,12 @@ def _head_looks_like_failure(head: str) -> bool:
         bool(_FAILURE_ANYWHERE.search(scanned))
 
 
+_kept_failure_readings = TextCache(_head_looks_like_failure, KEPT_CHARS, _FAILURE_HEAD_CHARS)
+
+
 def normalise_error(text: str, max_chars: int = 160) -> str:
     """Error text with what changes between identical failures taken out."""
-    if len(text) <= _CACHED_CHARS:
-        return _normalise_error_cached(text, max_chars)
-    return _normalise_error(text, max_chars)
-
-
-@lru_cache(maxsize=_CACHE_SIZE)
-def _normalise_error_cached(text: str, max_chars: int) -> str:
-    return _normalise_error(text, max_chars)
+    return _kept_error_forms(text, max_chars)
 
 
 def _normalise_error(text: str, max_chars: int) -> str:
@@ -179,6 +171,9 @@ def _normalise_error(text: str, max_chars: int) -> str:
             return head[:max_chars]
         cut *= 4
     return _normalise(text)[:max_chars]
+
+
+_kept_error_forms = TextCache(_normalise_error, KEPT_CHARS, _CACHED_CHARS)
 
 
 def _normalise(text: str) -> str:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
+from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 
 # A run of hex digits is an id when it holds a letter and a digit (checked on the match:
 # lookaheads at every word boundary cost a proxy's history replay ten times more).
@@ -26,9 +26,8 @@ _HEX_RUN = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b")
 _LETTER = re.compile(r"[a-fA-F]")
 _DIGIT = re.compile(r"\d")
 # A proxy replays the whole history on every request: the same results come back each
-# time, so their fingerprints are kept (results up to 64 kB, a bounded number).
+# time, so their fingerprints are kept (results up to 64 kB, KEPT_CHARS of them).
 _CACHED_CHARS = 1 << 16
-_CACHE_SIZE = 4096
 
 
 def _id(match: re.Match[str]) -> str:
@@ -47,9 +46,7 @@ def result_fingerprints(result: str) -> tuple[str, str]:
     """Two short digests of a tool result: one two results share when a reader would call
     them the same (whitespace and long hex ids aside), and one that also masks every digit
     run (what a count or a timer changes)."""
-    if len(result) <= _CACHED_CHARS:
-        return _cached_fingerprints(result)
-    return _fingerprints(result)
+    return _kept_fingerprints(result)
 
 
 def _fingerprints(result: str) -> tuple[str, str]:
@@ -59,12 +56,12 @@ def _fingerprints(result: str) -> tuple[str, str]:
     return digest(words), digest(mask_digit_runs(words, "#"))
 
 
-_cached_fingerprints = lru_cache(maxsize=_CACHE_SIZE)(_fingerprints)
+_kept_fingerprints = TextCache(_fingerprints, KEPT_CHARS, _CACHED_CHARS)
 
 
 def clear_caches() -> None:
     """Forget the kept fingerprints (a benchmark's cold start)."""
-    _cached_fingerprints.cache_clear()
+    _kept_fingerprints.clear()
 
 
 @dataclass(frozen=True, init=False)
