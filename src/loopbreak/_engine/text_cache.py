@@ -3,7 +3,7 @@
 A proxy replays a session's whole history on every request, so the same tool results and
 arguments come back each time and their fingerprints, failure readings and canonical forms
 are kept between requests. A cache bounded by its number of entries (``lru_cache``) fails
-a proxy that serves several long sessions: with 4,096 entries, six agents at 800 calls each
+a proxy that serves several long sessions: with 4,096 entries, eight agents at 800 calls each
 take turns evicting each other and every request is replayed cold (40-60 ms instead of 10,
 measured). This cache is bounded by the characters of the texts it keeps instead, which is
 also what its memory is.

@@ -15,8 +15,9 @@ clean text did, or one a model really produces in a loop:
 * the parts around the engine: one tool call whose arguments stream in 4-character
   pieces (1 MB), one 4 MB server-sent event read in 16 kB pieces, and a request
   history of 800 calls replayed as the proxy does on every request: cold (a
-  session's first request to a proxy just started, nothing kept) and as later
-  requests find it (the results' fingerprints kept from the request before).
+  session's first request to a proxy just started, nothing kept), as later
+  requests find it (the results' fingerprints kept from the request before), and
+  eight such histories in turn (eight agents sharing one proxy).
 
 Every figure is repeated; the report gives the median and the range.
 """
@@ -275,6 +276,33 @@ def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
                       TARGET_HISTORY_MS, _timed(run, repeats, clock))
 
 
+SESSIONS_IN_TURN = 8
+"""Sessions whose histories the proxy replays in turn (agents sharing one proxy)."""
+
+
+def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """Eight different 800-call histories replayed in turn, as a proxy does for eight agents
+    at once: each request after the first round, timed one by one (``repeats`` rounds)."""
+    from loopbreak._config import Config
+    from loopbreak._recovery.history import clear_caches, replay
+
+    calls = max(20, int(800 * scale))
+    bodies = [history_body(calls, seed=101 + k) for k in range(SESSIONS_IN_TURN)]
+    config = Config()
+    clear_caches()
+    for body in bodies:
+        replay(body, "openai", config)
+    timings: list[float] = []
+    for _ in range(repeats):
+        for body in bodies:
+            start = clock()
+            replay(body, "openai", config)
+            timings.append((clock() - start) / 1e6)
+    return PartResult("history replay, 8 sessions", f"{SESSIONS_IN_TURN} histories of "
+                      f"{calls:,} calls in turn, each request after the first round",
+                      TARGET_HISTORY_MS, tuple(timings))
+
+
 @contextmanager
 def _collector_as_in_a_proxy() -> Iterator[None]:
     """The garbage collector set as ``loopbreak proxy`` sets it (``tune_gc``) while a part
@@ -303,7 +331,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     subjects: list[Subject] = [loopbreak_subject(channel) for channel in CHANNELS]
     subjects += [p.subject for p in peers if p.subject is not None]
     results: list[EngineResult] = []
-    steps = len(inputs) * len(subjects) + 4
+    steps = len(inputs) * len(subjects) + 5
     done = 0
     for item in inputs:
         for subject in subjects:
@@ -315,10 +343,11 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
             results.append(EngineResult(subject.name, item.name, tp))
             done += 1
     parts = []
-    for part in (tool_argument_part, sse_event_part, history_cold_part, history_part):
+    for part in (tool_argument_part, sse_event_part, history_cold_part, history_part,
+                 history_sessions_part):
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
-        proxy_work = part in (history_cold_part, history_part)
+        proxy_work = part in (history_cold_part, history_part, history_sessions_part)
         with _collector_as_in_a_proxy() if proxy_work else nullcontext():
             parts.append(part(settings.repeats, settings.scale, clock))
         done += 1
