@@ -66,6 +66,13 @@ def test_extra_arguments_are_part_of_the_key() -> None:
     assert len(compute.calls) == 3
 
 
-def test_a_cache_without_room_is_refused() -> None:
-    with pytest.raises(ValueError, match="max_chars"):
-        TextCache(str, max_chars=1, max_text_chars=10)
+def test_the_budget_holds_to_the_character() -> None:
+    cache: TextCache[str] = TextCache(_Counted(), max_chars=1_000, max_text_chars=70)
+    for i in range(400):
+        cache(f"{i:03d}" * (1 + i % 23))  # 3 to 69 characters
+        assert cache.chars <= 1_000
+
+
+def test_a_cache_without_room_for_two_of_its_longest_texts_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_text_chars"):
+        TextCache(str, max_chars=100, max_text_chars=51)

@@ -9,11 +9,12 @@ measured). This cache is bounded by the characters of the texts it keeps instead
 also what its memory is.
 
 Two generations of plain dicts: a text is looked up in the newer, then in the older (and
-moved to the newer on a hit); once the newer holds half the budget it becomes the older and
-the older is dropped. Every text seen within the last ``max_chars / 2`` characters of
-distinct texts stays kept, and a lookup is one or two C-level dict lookups. Threads may
-share a cache: each step is one dict operation, so a race can lose an entry or miscount
-the budget by one text, never pair a text with another's value.
+moved to the newer on a hit); when a text would take the newer past half the budget, the
+newer becomes the older and the older is dropped. The texts seen within about the last
+``max_chars / 2`` characters of distinct texts stay kept, and a lookup is one or two
+C-level dict lookups. Threads may share a cache: each step is one dict operation, so a
+race can lose an entry or miscount the budget by one text, never pair a text with
+another's value.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class TextCache(Generic[V]):
     __slots__ = ("_chars", "_compute", "_half", "_max_text", "_newer", "_older")
 
     def __init__(self, compute: Callable[..., V], max_chars: int, max_text_chars: int) -> None:
-        if max_chars < 2 or max_text_chars < 0:
-            raise ValueError("a text cache needs max_chars >= 2 and max_text_chars >= 0")
+        if max_text_chars < 0 or 2 * max_text_chars > max_chars:
+            raise ValueError("a text cache needs 0 <= max_text_chars <= max_chars / 2, not "
+                             f"{max_text_chars} and {max_chars}")
         self._compute = compute
         self._half = max_chars // 2
         self._max_text = max_text_chars
@@ -58,10 +60,10 @@ class TextCache(Generic[V]):
                 return value
         else:
             value = cast(V, found)
+        if self._chars + len(text) > self._half:
+            self._older, self._newer, self._chars = self._newer, {}, 0
         self._newer[key] = value
         self._chars += len(text)
-        if self._chars >= self._half:
-            self._older, self._newer, self._chars = self._newer, {}, 0
         return value
 
     @property
