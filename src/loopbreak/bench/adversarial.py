@@ -238,8 +238,12 @@ def history_body(calls: int = 800, seed: int = 11) -> dict[str, Any]:
     return {"model": "bench", "messages": messages, "stream": True}
 
 
+def _history_calls(scale: float) -> int:
+    return max(20, int(800 * scale))
+
+
 def _history(scale: float) -> tuple[dict[str, Any], str]:
-    body = history_body(max(20, int(800 * scale)))
+    body = history_body(_history_calls(scale))
     calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
     return body, f"{calls:,} calls, {len(json.dumps(body)) / 1e6:.1f} MB"
 
@@ -286,7 +290,7 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
     from loopbreak._config import Config
     from loopbreak._recovery.history import clear_caches, replay
 
-    calls = max(20, int(800 * scale))
+    calls = _history_calls(scale)
     bodies = [history_body(calls, seed=101 + k) for k in range(SESSIONS_IN_TURN)]
     config = Config()
     clear_caches()
@@ -301,6 +305,10 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
     return PartResult("history replay, 8 sessions", f"{SESSIONS_IN_TURN} histories of "
                       f"{calls:,} calls in turn, each request after the first round",
                       TARGET_HISTORY_MS, tuple(timings))
+
+
+_PROXY_PARTS = (history_cold_part, history_part, history_sessions_part)
+"""The parts that measure what the proxy does, run as a proxy's collector runs."""
 
 
 @contextmanager
@@ -343,12 +351,10 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
             results.append(EngineResult(subject.name, item.name, tp))
             done += 1
     parts = []
-    for part in (tool_argument_part, sse_event_part, history_cold_part, history_part,
-                 history_sessions_part):
+    for part in (tool_argument_part, sse_event_part, *_PROXY_PARTS):
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
-        proxy_work = part in (history_cold_part, history_part, history_sessions_part)
-        with _collector_as_in_a_proxy() if proxy_work else nullcontext():
+        with _collector_as_in_a_proxy() if part in _PROXY_PARTS else nullcontext():
             parts.append(part(settings.repeats, settings.scale, clock))
         done += 1
     if on_progress is not None:
