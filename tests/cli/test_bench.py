@@ -524,11 +524,11 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert stops[("loopbreak (reasoning)", "1-char flood")] > 0
     assert stops[("loopbreak (text)", "counting run")] > 0
     assert stops[("loopbreak (text)", "unique lines")] == 0
-    assert [p["name"] for p in report["parts"]] == ["tool argument", "SSE event",
-                                                    "history replay, cold", "history replay",
-                                                    "history replay, 8 sessions"]
+    assert [p["name"] for p in report["parts"]] == [
+        "tool argument", "SSE event", "history replay, cold", "history replay, from the start",
+        "history replay", "history replay, 8 sessions"]
     # Every request of every round is timed: 8 a round in the eight-session part.
-    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 24]
+    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 3, 24]
     assert all(p["median_ms"] > 0 for p in report["parts"])
     slowest = report["targets"]["slowest"]
     assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]

@@ -250,6 +250,32 @@ def test_three_stalled_calls_steer_the_next_request(upstream: ScriptedUpstream,
     assert sent[-1]["content"].startswith("[loopbreak] Your last 3 model calls only thought")
 
 
+def test_a_growing_session_is_resumed_and_steered_at_the_same_request(
+        upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    # An agent's requests, each its history so far: the proxy replays each from where the
+    # request before left off, and steers at the request a replay from the start steers at.
+    from loopbreak._recovery.history import replay
+
+    history: list[dict] = [{"role": "user", "content": "Refactor the parser."}]  # type: ignore[type-arg]
+    for i in range(6):
+        history.append({"role": "assistant", "content": "Reading.", "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "read", "arguments": f'{{"part": {i}}}'}}]})
+        history.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"part {i}"})
+    steered = []
+    for i in range(4):
+        thought = "".join(f"Idea {j}: maybe split tokenizer stage {j}. " for j in range(60))
+        history.append({"role": "assistant", "content": "", "reasoning_content": thought})
+        upstream.enqueue(Script.openai(text="Splitting the tokenizer now."))
+        _ask(proxy, history)
+        sent = upstream.wait_for_requests(i + 1)[i].body["messages"]
+        steered.append(sent[-1]["role"] == "user" and "[loopbreak]" in sent[-1]["content"])
+        fresh = replay({"messages": history}, "openai", Config())
+        assert steered[-1] == (fresh.reaction is not None and fresh.reaction.kind == "steer")
+    assert steered == [False, False, True, False]
+    assert proxy.app._replays.resumed == 3
+
+
 def test_non_streaming_reasoning_only_loop_is_retried(upstream: ScriptedUpstream,
                                                       proxy: ProxyServer) -> None:
     upstream.enqueue(Script.openai(reasoning=LOOP), Script.openai(text=ANSWER))

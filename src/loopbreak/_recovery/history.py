@@ -9,13 +9,17 @@ history always gives the same answer, so any replica can serve any request.
 
 Replaying must stay cheap when a session grows long: the stall rule needs the
 4-grams of the last few judged calls only (restatement compares neighbours),
-so older calls are judged by their shape (reasoning-only or not) alone.
+so older calls are judged by their shape (reasoning-only or not) alone. The proxy
+also keeps where each session's last replay left off (``ReplayCheckpoints``): a
+cache, not state; a request whose history does not extend a kept one is replayed
+from its first message, to the same view.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -33,8 +37,9 @@ from loopbreak._recovery.requests import requested_dialect, thinking_off
 
 Kind = Literal["openai", "anthropic"]
 
-__all__ = ["HistoryView", "Kind", "replay", "session_key", "thinking_off", "tool_calls_of",
-           "with_denial", "with_guidance", "with_note", "without_unsigned_thinking"]
+__all__ = ["HistoryView", "Kind", "ReplayCheckpoints", "replay", "session_key", "thinking_off",
+           "tool_calls_of", "with_denial", "with_guidance", "with_note",
+           "without_unsigned_thinking"]
 
 # The start of every cut notice, in every language: how the proxy recognises its own
 # notices in the history a client sends back.
@@ -84,12 +89,11 @@ def tool_calls_of(message: dict[str, Any], kind: Kind) -> list[tuple[str, str, s
             for block in blocks if isinstance(block, dict) and block.get("type") == "tool_use"]
 
 
-def _messages(body: dict[str, Any], kind: Kind) -> list[_Message]:
+def _messages(raw: list[Any], kind: Kind, start: int = 0) -> list[_Message]:
+    """The messages of ``raw[start:]``, each with its index in ``raw``."""
     out: list[_Message] = []
-    raw = body.get("messages")
-    if not isinstance(raw, list):
-        return out
-    for i, m in enumerate(raw):
+    for i in range(start, len(raw)):
+        m = raw[i]
         if not isinstance(m, dict):
             continue
         role, content = m.get("role"), m.get("content")
@@ -151,29 +155,157 @@ class HistoryView:
         return None if decision.allowed else decision.reason
 
 
-def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
-    """Replay the request's history through a fresh session guard."""
-    messages = _messages(body, kind)
-    session = SessionGuard(config)
-    view = HistoryView(kind, session)
-    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
+@dataclass
+class _Replayed:
+    """What a replay holds after some of the history: the session guard, what the view
+    says so far, and the tool calls made, by id."""
+
+    session: SessionGuard
+    reaction: Reaction | None = None
+    cuts_this_turn: int = 0
+    guidance: dict[tuple[int, int | None], ToolGuidance] = field(default_factory=dict)
+    calls_by_id: dict[str, tuple[str, str]] = field(default_factory=dict)
+    working: bool = False  # the model's last message asked for tools: its turn goes on
+    chars: int = 0  # characters of the messages replayed (what a checkpoint keeps alive)
+
+    def copy(self) -> _Replayed:
+        """A state to go on from while this one is kept: the guard deep-copied (its
+        configuration is frozen and shared), the rest holds frozen values."""
+        config = self.session.config
+        memo: dict[int, Any] = {id(config): config}
+        memo.update((id(section), section) for section in vars(config).values())
+        return _Replayed(copy.deepcopy(self.session, memo), self.reaction, self.cuts_this_turn,
+                         dict(self.guidance), dict(self.calls_by_id), self.working, self.chars)
+
+
+@dataclass
+class _Checkpoint:
+    messages: list[Any]  # the history's messages before the checkpoint, as sent
+    config: Config
+    state: _Replayed
+
+
+_HEAD_CHARS = 1000
+
+
+def _head(raw: list[Any], kind: Kind) -> tuple[str, ...]:
+    """What tells one session's history from another's, cheaply: the start of its first two
+    messages (a checkpoint found by it is still checked message by message)."""
+    head: list[str] = [kind]
+    for m in raw[:2]:
+        if isinstance(m, dict):
+            head += [str(m.get("role")), _text_of(m.get("content"))[:_HEAD_CHARS]]
+    return tuple(head)
+
+
+class ReplayCheckpoints:
+    """Where the replays of long histories left off, so that a session's next request (its
+    history and the few messages since) replays only what is new.
+
+    A replay judges every message in order, and a message's verdict depends on the
+    messages before it alone, except that the last ``stall.max_stalled_calls + 1`` calls
+    also have their reasoning's 4-grams compared. The state just before those calls is
+    kept, with the messages that led to it; a later history whose messages up to there are
+    equal (compared value by value) and that holds at least as many calls after them
+    resumes from a copy of it. The view it gives is the one a replay from the first
+    message gives (tested on real and generated histories), so any replica still serves any
+    request; this only saves the work.
+
+    The messages must not change once replayed: the proxy's are parsed from each request's
+    bytes. Bounded by the characters of the messages kept alive (``max_chars``), newest
+    session kept; one checkpoint per session head (the start of its first two messages).
+    """
+
+    def __init__(self, max_chars: int = 1 << 26) -> None:
+        self._max_chars = max_chars
+        self._kept: OrderedDict[tuple[str, ...], _Checkpoint] = OrderedDict()
+        self._chars = 0
+        self.resumed = 0
+        """Replays that resumed from a checkpoint."""
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def chars(self) -> int:
+        """Characters of the messages the checkpoints keep alive."""
+        return self._chars
+
+    def resume(self, raw: list[Any], kind: Kind, config: Config, calls_after: int
+               ) -> tuple[int, _Replayed] | None:
+        """Where to resume a replay of ``raw`` and the state to resume from (taken out: the
+        caller's to change), or ``None``: no checkpoint fits."""
+        key = _head(raw, kind)
+        found = self._kept.get(key)
+        if found is None:
+            return None
+        start = len(found.messages)
+        if len(raw) <= start or not (found.config is config or found.config == config):
+            return None
+        calls = 0
+        for m in raw[start:]:
+            if isinstance(m, dict) and m.get("role") == "assistant":
+                calls += 1
+        # Fewer calls after it: a call before the checkpoint is one whose 4-grams count now.
+        if calls < calls_after or raw[:start] != found.messages:
+            return None
+        # Handed over, not copied: this replay keeps a checkpoint of its own further on.
+        del self._kept[key]
+        self._chars -= found.state.chars
+        self.resumed += 1
+        return start, found.state
+
+    def keep(self, raw: list[Any], kind: Kind, config: Config, at: int,
+             state: _Replayed) -> None:
+        """Keep ``state``, the replay's after ``raw[:at]`` (copied: the replay goes on)."""
+        if state.chars > self._max_chars // 2:
+            return
+        key = _head(raw, kind)
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._chars -= old.state.chars
+        self._kept[key] = _Checkpoint(raw[:at], config, state.copy())
+        self._chars += state.chars
+        while self._chars > self._max_chars:
+            _, dropped = self._kept.popitem(last=False)
+            self._chars -= dropped.state.chars
+
+
+def replay(body: dict[str, Any], kind: Kind, config: Config,
+           checkpoints: ReplayCheckpoints | None = None) -> HistoryView:
+    """Replay the request's history through a fresh session guard (or, with
+    ``checkpoints``, from where an earlier replay of the same history left off)."""
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raw = []
     # Only the last few judged calls need their 4-grams: restatement compares neighbours.
-    keep = set(assistants[-(config.stall.max_stalled_calls + 1):])
-    calls_by_id: dict[str, tuple[str, str]] = {}
-    working = False  # the model's last message asked for tools: its turn goes on
+    tail = config.stall.max_stalled_calls + 1
+    found = checkpoints.resume(raw, kind, config, tail) if checkpoints is not None else None
+    start, state = found if found is not None else (0, _Replayed(SessionGuard(config)))
+    messages = _messages(raw, kind, start)
+    session = state.session
+    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
+    keep = set(assistants[-tail:])
+    # The state before the first of those calls is what a later history resumes from.
+    mark = assistants[-tail] if checkpoints is not None and len(assistants) >= tail else -1
+    calls_by_id = state.calls_by_id
     for i, m in enumerate(messages):
+        if i == mark:
+            assert checkpoints is not None
+            checkpoints.keep(raw, kind, config, m.index, state)
         if m.role == "user":
             # A user message while the model is working (a host's reminder, a steer) is part
             # of the turn; only one after the model answered starts a new turn. A note
             # loopbreak itself added to a request (a steer, a retry's notice) never does.
-            if not working and not is_notice(m.text):
+            if not state.working and not is_notice(m.text):
                 session.start_turn(m.text)
-                view.cuts_this_turn = 0
-                view.guidance.clear()
-                if view.reaction is not None and view.reaction.rule == "monologue" and \
+                state.cuts_this_turn = 0
+                state.guidance.clear()
+                if state.reaction is not None and state.reaction.rule == "monologue" and \
                         not session.monologue_run:
-                    view.reaction = None  # the user said something new
+                    state.reaction = None  # the user said something new
             session.observe(m.text[-2000:])
+            state.chars += len(m.text)
         elif m.role == "assistant":
             session.count_call()
             grams = None
@@ -182,24 +314,27 @@ def replay(body: dict[str, Any], kind: Kind, config: Config) -> HistoryView:
             # Every marker starts with the tag: one search rules most answers out.
             cut = _NOTICE_TAG in m.text and any(marker in m.text for marker in CUT_MARKERS)
             if cut:
-                view.cuts_this_turn += 1
+                state.cuts_this_turn += 1
             trip = Trip("notice", "reasoning", 0, 0) if cut else None
             tool_names = tuple([call[1] for call in m.tool_calls])
             summary = CallSummary(len(m.reasoning), 0 if cut else len(m.text.strip()),
                                   tool_names, trip, grams, "" if cut else m.text)
-            view.reaction = session.finish_call(summary).reaction
+            state.reaction = session.finish_call(summary).reaction
             for call_id, name, args in m.tool_calls:
                 calls_by_id[call_id] = (name, args)
-            working = bool(m.tool_calls)
+                state.chars += len(args)
+            state.working = bool(m.tool_calls)
             session.observe((m.text or m.reasoning)[-2000:])
+            state.chars += len(m.reasoning) + len(m.text)
         elif m.tool_result is not None:
             call_id, text, failed = m.tool_result
             name, args = calls_by_id.get(call_id, ("", ""))
             guidance = session.after_tool(name, args, text, failed=failed) if name else None
             if guidance is not None:
-                view.guidance[(m.index, m.block)] = guidance
-    view.language_sample = session.language
-    return view
+                state.guidance[(m.index, m.block)] = guidance
+            state.chars += len(text)
+    return HistoryView(kind, session, state.reaction, state.cuts_this_turn, state.guidance,
+                       session.language)
 
 
 def _grams_of(reasoning: str) -> GramSet:

@@ -14,10 +14,13 @@ clean text did, or one a model really produces in a loop:
   input however often it trips;
 * the parts around the engine: one tool call whose arguments stream in 4-character
   pieces (1 MB), one 4 MB server-sent event read in 16 kB pieces, and a request
-  history of 800 calls replayed as the proxy does on every request: cold (a
-  session's first request to a proxy just started, nothing kept), as later
-  requests find it (the results' fingerprints kept from the request before), and
-  eight such histories in turn (eight agents sharing one proxy).
+  history of 800 calls replayed as the proxy does on every request, each request
+  parsed anew from its bytes: cold (a session's first request to a proxy just
+  started, nothing kept), from the first message (the results' readings kept, but
+  not where the last replay left off: another worker served the request before),
+  as a session's later requests find it (one call more each, resumed from the
+  checkpoint the request before left), and eight such sessions in turn (eight
+  agents sharing one proxy).
 
 Every figure is repeated; the report gives the median and the range.
 """
@@ -32,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopbreak._engine.trip import CHANNELS
 from loopbreak.bench.throughput import (
@@ -45,6 +48,9 @@ from loopbreak.bench.throughput import (
     loopbreak_subject,
     measure_throughput,
 )
+
+if TYPE_CHECKING:
+    from loopbreak._recovery.history import ReplayCheckpoints
 
 TARGET_CHARS_PER_S = 1_000_000
 """No engine input may be judged slower than this."""
@@ -242,42 +248,78 @@ def _history_calls(scale: float) -> int:
     return max(20, int(800 * scale))
 
 
-def _history(scale: float) -> tuple[dict[str, Any], str]:
-    body = history_body(_history_calls(scale))
+def _describe(body: dict[str, Any]) -> str:
     calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
-    return body, f"{calls:,} calls, {len(json.dumps(body)) / 1e6:.1f} MB"
+    return f"{calls:,} calls, {len(json.dumps(body)) / 1e6:.1f} MB"
 
 
-def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
-    """The proxy's replay of an 800-call history as a session's every later request finds
-    it: the results' fingerprints and verdicts kept from the request before (the same
-    results come back each time)."""
-    from loopbreak._config import Config
-    from loopbreak._recovery.history import replay
-
-    body, what = _history(scale)
-    config = Config()
-    replay(body, "openai", config)
-    return PartResult("history replay", f"{what}, a session's later requests",
-                      TARGET_HISTORY_MS,
-                      _timed(lambda: replay(body, "openai", config), repeats, clock))
+def _request(body: dict[str, Any], calls: int) -> dict[str, Any]:
+    """The request holding the first ``calls`` calls of ``body``'s history, parsed from its
+    bytes as the proxy parses every request (fresh objects: nothing is shared with an
+    earlier request but what the proxy itself kept)."""
+    # Two messages before the calls (system, user), then two per call (answer, result).
+    request = {**body, "messages": body["messages"][: 2 + 2 * calls]}
+    parsed: dict[str, Any] = json.loads(json.dumps(request))
+    return parsed
 
 
-def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
-    """The same replay with nothing kept: a session's first request to a proxy that has
-    just started (or that has forgotten the session's results)."""
+def _replayed(requests: Iterator[dict[str, Any]], clock: Clock,
+              checkpoints: ReplayCheckpoints | None = None,
+              clear: bool = False) -> tuple[float, ...]:
+    """Each request replayed as the proxy replays it, timed alone (its parsing is not)."""
     from loopbreak._config import Config
     from loopbreak._recovery.history import clear_caches, replay
 
-    body, what = _history(scale)
     config = Config()
+    out = []
+    for body in requests:
+        if clear:
+            clear_caches()
+        start = clock()
+        replay(body, "openai", config, checkpoints)
+        out.append((clock() - start) / 1e6)
+    return tuple(out)
 
-    def run() -> None:
-        clear_caches()
-        replay(body, "openai", config)
 
-    return PartResult("history replay, cold", f"{what}, a session's first request",
-                      TARGET_HISTORY_MS, _timed(run, repeats, clock))
+def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """A session's first request to a proxy that has just started: nothing kept."""
+    from loopbreak._recovery.history import ReplayCheckpoints
+
+    calls = _history_calls(scale)
+    body = history_body(calls)
+    timings: list[float] = []
+    for _ in range(repeats):
+        timings += _replayed(iter([_request(body, calls)]), clock, ReplayCheckpoints(),
+                             clear=True)
+    return PartResult("history replay, cold", f"{_describe(body)}, a session's first request",
+                      TARGET_HISTORY_MS, tuple(timings))
+
+
+def history_unkept_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """A later request replayed from the first message: the results' readings kept, but
+    not where the session's last replay left off (another worker served it, or the proxy
+    dropped its checkpoint to stay within its budget)."""
+    calls = _history_calls(scale)
+    body = history_body(calls + repeats)
+    _replayed(iter([_request(body, calls)]), clock)
+    timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock)
+    return PartResult("history replay, from the start",
+                      f"{_describe(_request(body, calls))}, a later request, its "
+                      f"checkpoint lost", TARGET_HISTORY_MS, timings)
+
+
+def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """A session's later requests, as the proxy meets them: each one the history before and
+    the call since, resumed from where the replay of the request before left off."""
+    from loopbreak._recovery.history import ReplayCheckpoints
+
+    calls = _history_calls(scale)
+    body = history_body(calls + repeats)
+    kept = ReplayCheckpoints()
+    _replayed(iter([_request(body, calls)]), clock, kept)
+    timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock, kept)
+    return PartResult("history replay", f"{_describe(_request(body, calls))}, a session's "
+                      "later requests (one call more each)", TARGET_HISTORY_MS, timings)
 
 
 SESSIONS_IN_TURN = 8
@@ -285,29 +327,25 @@ SESSIONS_IN_TURN = 8
 
 
 def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResult:
-    """Eight different 800-call histories replayed in turn, as a proxy does for eight agents
-    at once: each request after the first round, timed one by one (``repeats`` rounds)."""
-    from loopbreak._config import Config
-    from loopbreak._recovery.history import clear_caches, replay
+    """Eight sessions of 800 calls, their requests in turn, as a proxy meets eight agents
+    at once: every request after the first round timed (``repeats`` rounds), each one call
+    longer than the session's request before."""
+    from loopbreak._recovery.history import ReplayCheckpoints, clear_caches
 
     calls = _history_calls(scale)
-    bodies = [history_body(calls, seed=101 + k) for k in range(SESSIONS_IN_TURN)]
-    config = Config()
+    bodies = [history_body(calls + repeats, seed=101 + k) for k in range(SESSIONS_IN_TURN)]
+    kept = ReplayCheckpoints()
     clear_caches()
-    for body in bodies:
-        replay(body, "openai", config)
-    timings: list[float] = []
-    for _ in range(repeats):
-        for body in bodies:
-            start = clock()
-            replay(body, "openai", config)
-            timings.append((clock() - start) / 1e6)
+    _replayed((_request(body, calls) for body in bodies), clock, kept)
+    timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)
+                         for body in bodies), clock, kept)
     return PartResult("history replay, 8 sessions", f"{SESSIONS_IN_TURN} histories of "
                       f"{calls:,} calls in turn, each request after the first round",
-                      TARGET_HISTORY_MS, tuple(timings))
+                      TARGET_HISTORY_MS, timings)
 
 
-_PROXY_PARTS = (history_cold_part, history_part, history_sessions_part)
+_PROXY_PARTS = (history_cold_part, history_unkept_part, history_part,
+                history_sessions_part)
 """The parts that measure what the proxy does, run as a proxy's collector runs."""
 
 
@@ -339,7 +377,8 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     subjects: list[Subject] = [loopbreak_subject(channel) for channel in CHANNELS]
     subjects += [p.subject for p in peers if p.subject is not None]
     results: list[EngineResult] = []
-    steps = len(inputs) * len(subjects) + 5
+    parts_run = (tool_argument_part, sse_event_part, *_PROXY_PARTS)
+    steps = len(inputs) * len(subjects) + len(parts_run)
     done = 0
     for item in inputs:
         for subject in subjects:
@@ -351,7 +390,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
             results.append(EngineResult(subject.name, item.name, tp))
             done += 1
     parts = []
-    for part in (tool_argument_part, sse_event_part, *_PROXY_PARTS):
+    for part in parts_run:
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
         with _collector_as_in_a_proxy() if part in _PROXY_PARTS else nullcontext():

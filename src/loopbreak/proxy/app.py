@@ -30,6 +30,7 @@ from loopbreak._errors import ConfigError
 from loopbreak._recovery import normal_finish, plan_cut, plan_denial
 from loopbreak._recovery.history import (
     Kind,
+    ReplayCheckpoints,
     replay,
     session_key,
     thinking_off_retry,
@@ -245,6 +246,8 @@ class ProxyApp:
         self._session: Any = None
         self._watcher: asyncio.Future[None] | None = None
         self._dialects: dict[str, str] = {}
+        # Where each session's last replay left off: its next request replays what is new.
+        self._replays = ReplayCheckpoints()
 
     # --- ASGI --------------------------------------------------------------------------
 
@@ -368,7 +371,7 @@ class ProxyApp:
                                 "application/json")
             return
         headers = self._forward_headers(scope)
-        view = replay(body, kind, config)
+        view = replay(body, kind, config, self._replays)
         forwarded = with_guidance(body, view)
         if kind == "anthropic":
             forwarded = without_unsigned_thinking(forwarded)
