@@ -240,3 +240,60 @@ def test_checkpoints_keep_within_their_character_budget() -> None:
     small = ReplayCheckpoints(max_chars=2 * max(sizes[0], 1) - 2)
     replay(as_sent(openai_messages([("user", "Big.")] + steps * 3)), "openai", Config(), small)
     assert len(small) == 0
+
+
+# --- the requests the proxy forwards instead ------------------------------------------
+
+
+def _rewrites(kind: Kind) -> list[tuple[str, Any]]:
+    from loopbreak._recovery.history import (
+        thinking_off_retry,
+        with_denial,
+        with_guidance,
+        with_note,
+        without_unsigned_thinking,
+    )
+    from loopbreak._recovery.requests import thinking_off
+
+    calls = [("d1", "read_file", '{"path": "a.py"}')]
+    return [
+        ("guidance", lambda body: with_guidance(body, replay(body, kind, Config()))),
+        ("note", lambda body: with_note(body, kind, "[loopbreak] steer")),
+        ("denial", lambda body: with_denial(body, kind, calls, {"d1": "denied"})),
+        *([("unsigned thinking", without_unsigned_thinking)] if kind == "anthropic" else []),
+        ("thinking off", lambda body: thinking_off(body, kind, "vllm")),
+        ("retry", lambda body: thinking_off_retry(body, kind, "deepseek", "low", "cut")[0]),
+    ]
+
+
+def _failing_session(kind: Kind) -> dict[str, Any]:
+    steps: list[tuple[str, Any]] = [("user", "Fix the bug.")]
+    for call in range(4):
+        steps.append(("assistant", (call, REASONING[0], "", [("read_file", "{}", RESULTS[0])])))
+    steps.append(("user", "Go on."))
+    messages = openai_messages(steps) if kind == "openai" else anthropic_messages(steps)
+    if kind == "anthropic":
+        messages[1]["content"][0].pop("signature")  # a thinking block the proxy cut
+    body: dict[str, Any] = {"model": "m", "messages": messages, "stream": True,
+                            "chat_template_kwargs": {"enable_thinking": True},
+                            "metadata": {"user": "u"}}
+    return body
+
+
+def test_rewritten_requests_leave_the_request_as_it_came_and_copy_only_what_changes() -> None:
+    import copy
+
+    for kind in ("openai", "anthropic"):
+        for name, rewrite in _rewrites(kind):  # type: ignore[arg-type]
+            body = _failing_session(kind)  # type: ignore[arg-type]
+            before = copy.deepcopy(body)
+            out = rewrite(body)
+            # What a rewrite on a deep copy gives, and the caller's request unchanged.
+            assert out == rewrite(copy.deepcopy(body)), (kind, name)
+            assert body == before, (kind, name)
+            assert out != before, (kind, name)
+            # A message the rewrite did not change is the caller's own object, not a copy.
+            shared = [m for m in out["messages"] if any(m is o for o in body["messages"])]
+            changed = [m for m in out["messages"] if m not in before["messages"]]
+            assert len(shared) + len(changed) == len(out["messages"]), (kind, name)
+            assert len(shared) >= len(body["messages"]) - 4, (kind, name)

@@ -6,7 +6,6 @@ shared by the proxy and the in-process integrations (no HTTP here).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -67,7 +66,8 @@ def thinking_off(body: dict[str, Any], kind: Literal["openai", "anthropic"] = "o
     ``chat_template_kwargs`` (vLLM, SGLang), ``think`` (Ollama), ``reasoning_effort``
     (OpenAI); a request that names none is left to the model's default.
     """
-    body = copy.deepcopy(body)
+    # Only top-level fields change, each replaced whole: the history is shared, not copied.
+    body = dict(body)
     chosen = requested_dialect(body, kind) if dialect == "auto" else dialect
     if chosen in ("deepseek", "anthropic"):
         body["thinking"] = {"type": "disabled"}
