@@ -223,6 +223,26 @@ def test_a_growing_session_resumes_and_an_edited_one_does_not() -> None:
     assert kept.resumed == 1
 
 
+def test_a_request_changed_after_its_replay_does_not_change_the_checkpoint() -> None:
+    # A host may change a request's objects once replayed (LiteLLM adapts messages to the
+    # provider in place): the checkpoint keeps copies, so the next request that looks like
+    # the changed one is judged as a replay from the start judges it.
+    steps: list[tuple[str, Any]] = [("user", "Fix the bug.")]
+    for call in range(10):
+        steps.append(("assistant", (call, REASONING[call % 3] * 20, "",
+                                    [("read_file", "{}", RESULTS[call % 2])])))
+    body = as_sent(openai_messages(steps))
+    kept = ReplayCheckpoints()
+    replay(body, "openai", STALL_PRONE, kept)
+    for message in body["messages"][:8]:
+        if message["role"] == "tool":
+            message["content"] = "ok"
+    later = as_sent([*body["messages"], {"role": "user", "content": "Go on."}])
+    assert view_state(replay(later, "openai", STALL_PRONE, kept)) == view_state(
+        replay(as_sent(later["messages"]), "openai", STALL_PRONE))
+    assert kept.resumed == 0
+
+
 def test_checkpoints_keep_within_their_character_budget() -> None:
     steps: list[tuple[str, Any]] = []
     for call in range(10):
@@ -297,3 +317,28 @@ def test_rewritten_requests_leave_the_request_as_it_came_and_copy_only_what_chan
             changed = [m for m in out["messages"] if m not in before["messages"]]
             assert len(shared) + len(changed) == len(out["messages"]), (kind, name)
             assert len(shared) >= len(body["messages"]) - 4, (kind, name)
+
+
+def test_kept_messages_share_no_container_with_the_request() -> None:
+    from loopbreak._recovery.history import _copied
+
+    class HostObject:  # what a host may leave in a message (an SDK object)
+        def __init__(self) -> None:
+            self.parts = ["a"]
+
+    request = [{"role": "assistant", "content": [{"type": "text", "text": "hi"}],
+                "tool_calls": [{"function": {"name": "read", "arguments": "{}"}}],
+                "n": 1, "x": 0.5, "ok": True, "none": None, "host": HostObject()}]
+    kept = _copied(request)
+    assert kept[0]["content"] == request[0]["content"] and kept[0]["n"] == 1
+
+    def containers(value: Any) -> list[int]:
+        if isinstance(value, dict):
+            return [id(value)] + [i for item in value.values() for i in containers(item)]
+        if isinstance(value, list):
+            return [id(value)] + [i for item in value for i in containers(item)]
+        if isinstance(value, HostObject):
+            return [id(value), id(value.parts)]
+        return []
+
+    assert not set(containers(kept)) & set(containers(request))

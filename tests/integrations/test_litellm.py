@@ -31,6 +31,7 @@ import pytest
 
 from loopbreak import Config, RecoveryConfig, StallConfig
 from loopbreak._engine.trip import Trip
+from loopbreak._recovery.history import ReplayCheckpoints
 from loopbreak._samples import clean_reasoning, verbatim_loop
 from loopbreak.testing import Script, ScriptedUpstream, Text, ToolCall, split_chars
 
@@ -502,6 +503,20 @@ def test_pre_call_applies_the_stall_reaction() -> None:
     assert isinstance(answer, str) and answer.startswith("[loopbreak]")
     warn = LoopbreakGuard(Config(stall=StallConfig(reaction="warn")))
     assert _pre_call(warn, _stalled_history())["messages"] == _stalled_history()
+
+
+def test_pre_call_resumes_a_growing_history_and_judges_it_the_same() -> None:
+    # An agent's requests through LiteLLM's proxy, its history one failing call longer each
+    # time: each is replayed from where the one before left off, and what the hook sends is
+    # what a hook that replays every history from its first message sends.
+    hook, fresh = LoopbreakGuard(Config()), LoopbreakGuard(Config())
+    for times in range(1, 9):
+        history = failing_tool_history(times)
+        sent = _pre_call(hook, history)
+        fresh._replays = ReplayCheckpoints()  # nothing kept: a replay from the start
+        assert sent == _pre_call(fresh, history)
+    assert hook._replays.resumed == 4  # from the fifth call on, four calls follow a checkpoint
+    assert fresh._replays.resumed == 0
 
 
 def test_pre_call_judgement_reaches_the_stream_of_the_same_call() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -198,6 +199,20 @@ def _head(raw: list[Any], kind: Kind) -> tuple[str, ...]:
     return tuple(head)
 
 
+def _copied(value: Any) -> Any:
+    """A copy of a request's messages: JSON values copied by hand (a third of what
+    ``copy.deepcopy`` takes over an 800-call history; strings and numbers are shared, being
+    immutable), anything else a host put in deep-copied."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
 class ReplayCheckpoints:
     """Where the replays of long histories left off, so that a session's next request (its
     history and the few messages since) replays only what is new.
@@ -205,21 +220,24 @@ class ReplayCheckpoints:
     A replay judges every message in order, and a message's verdict depends on the
     messages before it alone, except that the last ``stall.max_stalled_calls + 1`` calls
     also have their reasoning's 4-grams compared. The state just before those calls is
-    kept, with the messages that led to it; a later history whose messages up to there are
-    equal (compared value by value) and that holds at least as many calls after them
-    resumes from a copy of it. The view it gives is the one a replay from the first
-    message gives (tested on real and generated histories), so any replica still serves any
-    request; this only saves the work.
+    kept, with a copy of the messages that led to it; a later history whose messages up
+    to there are equal (compared value by value) and that holds at least as many calls
+    after them resumes from it. The view it gives is the one a replay from the first
+    message gives (tested on real and generated histories), so any replica still serves
+    any request; this only saves the work.
 
-    The messages must not change once replayed: the proxy's are parsed from each request's
-    bytes. Bounded by the characters of the messages kept alive (``max_chars``), newest
-    session kept; one checkpoint per session head (the start of its first two messages).
+    The messages are kept as copies of their own (a host may change a request's objects
+    after the replay): a session's first checkpoint copies its history, each later one
+    only the messages since the checkpoint it resumed from. Bounded by the characters of
+    the messages kept (``max_chars``), newest session kept; one checkpoint per session head
+    (the start of its first two messages). Safe to share between threads.
     """
 
     def __init__(self, max_chars: int = 1 << 26) -> None:
         self._max_chars = max_chars
         self._kept: OrderedDict[tuple[str, ...], _Checkpoint] = OrderedDict()
         self._chars = 0
+        self._lock = threading.Lock()
         self.resumed = 0
         """Replays that resumed from a checkpoint."""
 
@@ -228,13 +246,13 @@ class ReplayCheckpoints:
 
     @property
     def chars(self) -> int:
-        """Characters of the messages the checkpoints keep alive."""
+        """Characters of the messages the checkpoints keep."""
         return self._chars
 
     def resume(self, raw: list[Any], kind: Kind, config: Config, calls_after: int
-               ) -> tuple[int, _Replayed] | None:
-        """Where to resume a replay of ``raw`` and the state to resume from (taken out: the
-        caller's to change), or ``None``: no checkpoint fits."""
+               ) -> _Checkpoint | None:
+        """The checkpoint to resume a replay of ``raw`` from (taken out: its state is the
+        caller's to change), or ``None``: none fits."""
         key = _head(raw, kind)
         found = self._kept.get(key)
         if found is None:
@@ -249,26 +267,36 @@ class ReplayCheckpoints:
         # Fewer calls after it: a call before the checkpoint is one whose 4-grams count now.
         if calls < calls_after or raw[:start] != found.messages:
             return None
-        # Handed over, not copied: this replay keeps a checkpoint of its own further on.
-        del self._kept[key]
-        self._chars -= found.state.chars
-        self.resumed += 1
-        return start, found.state
+        with self._lock:
+            # Handed over, not copied: this replay keeps a checkpoint of its own further on.
+            if self._kept.get(key) is not found:
+                return None  # another thread took it
+            del self._kept[key]
+            self._chars -= found.state.chars
+            self.resumed += 1
+        return found
 
-    def keep(self, raw: list[Any], kind: Kind, config: Config, at: int,
-             state: _Replayed) -> None:
-        """Keep ``state``, the replay's after ``raw[:at]`` (copied: the replay goes on)."""
+    def keep(self, raw: list[Any], kind: Kind, config: Config, at: int, state: _Replayed,
+             resumed: _Checkpoint | None = None) -> None:
+        """Keep ``state``, the replay's after ``raw[:at]`` (copied: the replay goes on);
+        ``resumed``: the checkpoint the replay resumed from, whose messages are ``raw``'s."""
         if state.chars > self._max_chars // 2:
             return
+        if resumed is not None:
+            messages = resumed.messages + _copied(raw[len(resumed.messages):at])
+        else:
+            messages = _copied(raw[:at])
+        checkpoint = _Checkpoint(messages, config, state.copy())
         key = _head(raw, kind)
-        old = self._kept.pop(key, None)
-        if old is not None:
-            self._chars -= old.state.chars
-        self._kept[key] = _Checkpoint(raw[:at], config, state.copy())
-        self._chars += state.chars
-        while self._chars > self._max_chars:
-            _, dropped = self._kept.popitem(last=False)
-            self._chars -= dropped.state.chars
+        with self._lock:
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self._chars -= old.state.chars
+            self._kept[key] = checkpoint
+            self._chars += state.chars
+            while self._chars > self._max_chars:
+                _, dropped = self._kept.popitem(last=False)
+                self._chars -= dropped.state.chars
 
 
 def replay(body: dict[str, Any], kind: Kind, config: Config,
@@ -281,7 +309,8 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
     # Only the last few judged calls need their 4-grams: restatement compares neighbours.
     tail = config.stall.max_stalled_calls + 1
     found = checkpoints.resume(raw, kind, config, tail) if checkpoints is not None else None
-    start, state = found if found is not None else (0, _Replayed(SessionGuard(config)))
+    start, state = (len(found.messages), found.state) if found is not None else (
+        0, _Replayed(SessionGuard(config)))
     messages = _messages(raw, kind, start)
     session = state.session
     assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
@@ -292,7 +321,7 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
     for i, m in enumerate(messages):
         if i == mark:
             assert checkpoints is not None
-            checkpoints.keep(raw, kind, config, m.index, state)
+            checkpoints.keep(raw, kind, config, m.index, state, found)
         if m.role == "user":
             # A user message while the model is working (a host's reminder, a steer) is part
             # of the turn; only one after the model answered starts a new turn. A note

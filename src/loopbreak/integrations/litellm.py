@@ -68,7 +68,14 @@ from loopbreak._engine.notices import Language, resolve_language
 from loopbreak._engine.trip import Trip
 from loopbreak._recovery import LoopCutError, cut_notice, normal_finish, plan_cut, plan_denial
 from loopbreak._recovery.chunks import carries_tool_calls, feed_openai_chunk, field
-from loopbreak._recovery.history import HistoryView, replay, with_denial, with_guidance, with_note
+from loopbreak._recovery.history import (
+    HistoryView,
+    ReplayCheckpoints,
+    replay,
+    with_denial,
+    with_guidance,
+    with_note,
+)
 from loopbreak._recovery.requests import conversation_sample, thinking_off
 
 __all__ = ["SETTINGS_KEY", "LoopbreakGuard", "denial_request", "guard", "retry_request"]
@@ -258,6 +265,8 @@ class LoopbreakGuard(CustomLogger):
         # most _VIEW_SECONDS (with the time each was kept).
         self._views: collections.OrderedDict[str, tuple[float, HistoryView]] = \
             collections.OrderedDict()
+        # Where each session's last replay left off: its next request replays what is new.
+        self._replays = ReplayCheckpoints()
 
     @property
     def config(self) -> Config:
@@ -285,7 +294,7 @@ class LoopbreakGuard(CustomLogger):
         if call_type not in _CHAT_CALLS or not isinstance(messages, list):
             return data
         config = self.config
-        view = replay({"messages": messages}, "openai", config)
+        view = replay({"messages": messages}, "openai", config, self._replays)
         call_id = data.get("litellm_call_id")
         if isinstance(call_id, str) and data.get("stream") is True:
             self._keep_view(call_id, view)
