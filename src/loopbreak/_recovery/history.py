@@ -167,7 +167,7 @@ class _Replayed:
     guidance: dict[tuple[int, int | None], ToolGuidance] = field(default_factory=dict)
     calls_by_id: dict[str, tuple[str, str]] = field(default_factory=dict)
     working: bool = False  # the model's last message asked for tools: its turn goes on
-    chars: int = 0  # characters of the messages replayed (what a checkpoint keeps alive)
+    chars: int = 0  # characters of the messages replayed (what a checkpoint of it keeps)
 
     def copy(self) -> _Replayed:
         """A state to go on from while this one is kept: the guard deep-copied (its
@@ -181,7 +181,7 @@ class _Replayed:
 
 @dataclass
 class _Checkpoint:
-    messages: list[Any]  # the history's messages before the checkpoint, as sent
+    messages: list[Any]  # a copy of the history's messages before the checkpoint
     config: Config
     state: _Replayed
 
