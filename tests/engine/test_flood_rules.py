@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loopbreak import Config, scan
 from loopbreak._config import (
@@ -101,6 +103,34 @@ def test_a_broken_flood_of_one_character_is_cut(name: str) -> None:
 ])
 def test_text_that_one_character_does_not_fill_is_left_alone(text: str) -> None:
     assert first_trip(CharFloodDetector(channel="text"), INTRO + text * 4, 5) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(block=st.text(st.sampled_from("0123456789()[],;:'\"/\\!?@$%^&`\x00\x7f"
+                                     " \n\t-=_*~.|+#aZ"), min_size=64, max_size=64),
+       share=st.sampled_from([0.5, 0.6, 0.85, 0.95]))
+def test_a_block_ruled_out_by_its_count_bound_holds_no_filler(block: str, share: float) -> None:
+    # The bound read in C only ever rules out a block the full reading finds no filler in;
+    # blocks near the share are drawn as well (a filler at 40 to 60 of 64 characters).
+    detector = CharFloodDetector(CharFloodConfig(min_share=share))
+    if not detector.may_be_filled(block):
+        assert detector._top_filler(block) == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(filler=st.sampled_from("0)/;'\x00"), count=st.integers(20, 64),
+       rest=st.text(st.sampled_from(" \n-=.|ab"), min_size=64, max_size=64),
+       seed=st.integers(0, 1000))
+def test_a_nearly_filled_block_is_judged_in_full(filler: str, count: int, rest: str,
+                                                 seed: int) -> None:
+    chars = list(filler * count + rest[: 64 - count])
+    random.Random(seed).shuffle(chars)
+    block = "".join(chars)
+    detector = CharFloodDetector()
+    if not detector.may_be_filled(block):
+        assert detector._top_filler(block) == ""
+    if detector._top_filler(block):
+        assert detector.may_be_filled(block)
 
 
 

@@ -10,6 +10,7 @@ releases a trip that waited for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,7 +51,7 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
     """The pieces of the first choice of one chunk, in the order a guard must see them.
     ``strict``: a chunk without a choices list, or with a delta that is not an object, is
     :class:`MalformedChunk` (the proxy reads untrusted bytes); otherwise it has no pieces."""
-    choices = _get(chunk, "choices")
+    choices = _getter(chunk)(chunk, "choices")
     if not isinstance(choices, list):
         if strict:
             raise MalformedChunk("event has no choices list")
@@ -59,20 +60,22 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
     for choice in choices:
         if choice is None:
             continue
-        if (_get(choice, "index") or 0) != 0:
+        get = _getter(choice)
+        if (get(choice, "index") or 0) != 0:
             continue
-        delta = _get(choice, "delta")
+        delta = get(choice, "delta")
         if delta is not None and strict and not isinstance(delta, dict):
             raise MalformedChunk("choice delta is not an object")
         if delta is not None:
+            get_delta = _getter(delta)
             for name in ("reasoning_content", "reasoning"):
-                value = _get(delta, name)
+                value = get_delta(delta, name)
                 if isinstance(value, str) and value:
                     pieces.append(Piece("reasoning", value))
-            content = _get(delta, "content")
+            content = get_delta(delta, "content")
             if isinstance(content, str) and content:
                 pieces.append(Piece("text", content))
-            for call in _get(delta, "tool_calls") or []:
+            for call in get_delta(delta, "tool_calls") or []:
                 key = field(call, "index")
                 key = key if key is not None else field(call, "id")
                 key = key if key is not None else 0
@@ -82,17 +85,16 @@ def openai_pieces(chunk: Any, *, strict: bool = False) -> list[Piece]:
                 if isinstance(key, (int, str)):
                     pieces.append(Piece("tool", args if isinstance(args, str) else "", key,
                                         tool if isinstance(tool, str) else ""))
-        finish = _get(choice, "finish_reason")
+        finish = get(choice, "finish_reason")
         if isinstance(finish, str) and finish:
             pieces.append(Piece("finish", finish))
     return pieces
 
 
-def _get(obj: Any, name: str) -> Any:
-    # Parsed JSON (the proxy's hot path) is read with dict.get; objects through field().
-    if type(obj) is dict:
-        return obj.get(name)
-    return field(obj, name)
+def _getter(obj: Any) -> Callable[[Any, str], Any]:
+    """How to read ``obj``'s fields: parsed JSON (the proxy's hot path, every event) with
+    ``dict.get`` itself, a C call with no Python frame; objects through :func:`field`."""
+    return dict.get if type(obj) is dict else field
 
 
 def feed_piece(guard: CallGuard, piece: Piece) -> Trip | None:

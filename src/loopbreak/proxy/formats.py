@@ -64,17 +64,20 @@ class OpenAIStream:
     kind: Literal["openai"] = "openai"
 
     def parse(self, event: SSEEvent) -> list[Piece]:
-        if event.data.strip() == "[DONE]":
+        data = event.data
+        # A chunk's data ends in "}" (stripping its copy of every event is not needed then).
+        if not data.endswith("}") and data.strip() == "[DONE]":
             return [Piece("done")]
         obj = _load(event)
         if not isinstance(obj, dict):
             raise BrokenStream("event data is not a JSON object")
         if "error" in obj:
             return [Piece("error", _dumps(obj["error"]))]
-        self.id = self.id or str(obj.get("id") or "")
-        self.model = self.model or str(obj.get("model") or "")
-        created = obj.get("created")
-        self.created = self.created or (created if isinstance(created, int) else 0)
+        if not (self.id and self.model and self.created):
+            self.id = self.id or str(obj.get("id") or "")
+            self.model = self.model or str(obj.get("model") or "")
+            created = obj.get("created")
+            self.created = self.created or (created if isinstance(created, int) else 0)
         try:
             pieces = openai_pieces(obj, strict=True)
         except MalformedChunk as exc:

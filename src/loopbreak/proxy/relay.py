@@ -226,21 +226,26 @@ class StreamRelay:
                         if held is None and isinstance(stream, AnthropicStream) else None
                     pieces = stream.parse(event)
                     trip: Trip | None = None
-                    has_tool = False
+                    # What the event holds, read in the one pass that feeds the guard.
+                    has_tool = has_error = done = False
                     for piece in pieces:
                         trip = feed_piece(guard, piece) or trip
                         kind = piece.kind
                         if kind == "tool":
                             has_tool = True
-                        elif kind == "finish" or kind == "done":
+                        elif kind == "finish":
                             finished = True
-                    if held is None and self._holds(pieces):
+                        elif kind == "done":
+                            finished = done = True
+                        elif kind == "error":
+                            has_error = True
+                    if held is None and has_tool and self._holds(pieces):
                         held = []
                         held_state = before
                     if trip is not None:
                         await self._flush(outbox)
                         return await self._cut(trip, guard)
-                    if any(p.kind == "error" for p in pieces):
+                    if has_error:
                         outbox.append(self._out(event, pieces, continuing))
                         await self._flush(outbox)
                         return None
@@ -266,7 +271,7 @@ class StreamRelay:
                         outbox.append(out)
                         if has_tool:
                             self._tools_sent = True
-                    if any(p.kind == "done" for p in pieces):
+                    if done:
                         await self._flush(outbox)
                         return None
                 await self._flush(outbox)
@@ -296,7 +301,7 @@ class StreamRelay:
             return
         # Keep-alive comments alone do not commit the response: a broken stream can still
         # be re-sent unseen.
-        if any(not part.startswith(b":") for part in outbox):
+        if not self._content_sent and any(not part.startswith(b":") for part in outbox):
             self._content_sent = True
         data = b"".join(outbox)
         outbox.clear()

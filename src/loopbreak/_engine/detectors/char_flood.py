@@ -36,6 +36,8 @@ _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())
 # Space, layout, and ASCII letters: code spells test data and padding with them (CPython's
 # test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
 _NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters) | _SPACES
+# The ASCII bytes that can fill a block (digits, marks), for a bound read in C.
+_ASCII_NOT_FILLERS = bytes(sorted(ord(c) for c in _NOT_FILLERS if ord(c) < 128))
 # The pieces of a control token that a block's edges cut off.
 _TOKEN_PIECE = re.compile(r"^[^<>\s]{1,45}>|<[^<>\s]{0,45}$")
 
@@ -83,6 +85,19 @@ class CharFloodDetector:
             block = _TOKEN_PIECE.sub("", CONTROL_TOKEN.sub("", block))
             if not block:
                 return ""
+        elif not self.may_be_filled(block):
+            return ""
+        return self._top_filler(block)
+
+    def may_be_filled(self, block: str) -> bool:
+        """``False`` when ``_top_filler(block)`` is sure to find nothing: an ASCII block with
+        fewer characters that could fill it than the least share a filler needs (its test
+        on a bound of the filler's count, read in C). Most prose and code end here, without
+        a set of their characters built."""
+        return not block.isascii() or 2 * len(
+            block.encode().translate(None, _ASCII_NOT_FILLERS)) >= self._share * len(block)
+
+    def _top_filler(self, block: str) -> str:
         distinct = set(block)
         if len(distinct) > self._max_distinct:
             return ""
