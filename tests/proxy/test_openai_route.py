@@ -250,11 +250,16 @@ def test_three_stalled_calls_steer_the_next_request(upstream: ScriptedUpstream,
     assert sent[-1]["content"].startswith("[loopbreak] Your last 3 model calls only thought")
 
 
+@pytest.mark.parametrize("budget", [1 << 26, 0])
 def test_a_growing_session_is_resumed_and_steered_at_the_same_request(
-        upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+        upstream: ScriptedUpstream, proxy_for: ProxyFactory, budget: int) -> None:
     # An agent's requests, each its history so far: the proxy replays each from where the
-    # request before left off, and steers at the request a replay from the start steers at.
+    # request before left off, and steers at the request a replay from the start steers at;
+    # with the checkpoints off (a budget of 0) every request is replayed from the start.
+    from loopbreak import ProxyConfig
     from loopbreak._recovery.history import replay
+
+    proxy = proxy_for(proxy=ProxyConfig(replay_checkpoint_chars=budget))
 
     history: list[dict] = [{"role": "user", "content": "Refactor the parser."}]  # type: ignore[type-arg]
     for i in range(6):
@@ -273,7 +278,20 @@ def test_a_growing_session_is_resumed_and_steered_at_the_same_request(
         fresh = replay({"messages": history}, "openai", Config())
         assert steered[-1] == (fresh.reaction is not None and fresh.reaction.kind == "steer")
     assert steered == [False, False, True, False]
-    assert proxy.app._replays.resumed == 3
+    assert proxy.app._replays.resumed == (3 if budget else 0)
+
+
+def test_a_changed_checkpoint_budget_starts_the_checkpoints_over() -> None:
+    # The proxy section is re-read while the proxy runs: a new budget applies to the next
+    # request (the checkpoints are a cache: starting over loses only work).
+    from loopbreak.proxy.app import ProxyApp
+
+    app = ProxyApp("http://127.0.0.1:9")
+    kept = app._checkpoints(1 << 26)
+    assert kept is app._checkpoints(1 << 26) and kept is not None
+    smaller = app._checkpoints(1 << 20)
+    assert smaller is not None and smaller is not kept and smaller.max_chars == 1 << 20
+    assert app._checkpoints(0) is None
 
 
 def test_non_streaming_reasoning_only_loop_is_retried(upstream: ScriptedUpstream,

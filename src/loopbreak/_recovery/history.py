@@ -245,6 +245,11 @@ class ReplayCheckpoints:
         return len(self._kept)
 
     @property
+    def max_chars(self) -> int:
+        """The most characters of messages the checkpoints keep."""
+        return self._max_chars
+
+    @property
     def chars(self) -> int:
         """Characters of the messages the checkpoints keep."""
         return self._chars

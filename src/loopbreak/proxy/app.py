@@ -247,7 +247,7 @@ class ProxyApp:
         self._watcher: asyncio.Future[None] | None = None
         self._dialects: dict[str, str] = {}
         # Where each session's last replay left off: its next request replays what is new.
-        self._replays = ReplayCheckpoints()
+        self._replays = ReplayCheckpoints(self.source.proxy.replay_checkpoint_chars or 1 << 26)
 
     # --- ASGI --------------------------------------------------------------------------
 
@@ -371,7 +371,7 @@ class ProxyApp:
                                 "application/json")
             return
         headers = self._forward_headers(scope)
-        view = replay(body, kind, config, self._replays)
+        view = replay(body, kind, config, self._checkpoints(settings.replay_checkpoint_chars))
         forwarded = with_guidance(body, view)
         if kind == "anthropic":
             forwarded = without_unsigned_thinking(forwarded)
@@ -402,6 +402,15 @@ class ProxyApp:
             await self._whole(send, kind, forwarded, view, config, opener,
                               session=session_id(session_key(headers, body)),
                               ask_dialect=asker)
+
+    def _checkpoints(self, max_chars: int) -> ReplayCheckpoints | None:
+        """The replay checkpoints within the budget in force (a changed budget starts them
+        over: they are a cache); ``None`` when they are off."""
+        if not max_chars:
+            return None
+        if self._replays.max_chars != max_chars:
+            self._replays = ReplayCheckpoints(max_chars)
+        return self._replays
 
     async def upstream_dialect(self, headers: dict[str, str], model: str) -> str:
         """How the upstream turns thinking off, for a request that names no thinking field:
