@@ -65,7 +65,8 @@ class OpenAIStream:
 
     def parse(self, event: SSEEvent) -> list[Piece]:
         data = event.data
-        # A chunk's data ends in "}" (stripping its copy of every event is not needed then).
+        # A chunk's JSON ends in "}": only other data is stripped to look for the end marker
+        # (a copy of every event otherwise).
         if not data.endswith("}") and data.strip() == "[DONE]":
             return [Piece("done")]
         obj = _load(event)

@@ -36,7 +36,8 @@ _SPACES = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())
 # Space, layout, and ASCII letters: code spells test data and padding with them (CPython's
 # test_quopri holds lines of b'zzzz…' broken by ``=``); an unbroken run is char-run's.
 _NOT_FILLERS = LAYOUT_CHARS | frozenset(string.ascii_letters) | _SPACES
-# The ASCII bytes that can fill a block (digits, marks), for a bound read in C.
+# The ASCII bytes that cannot fill a block (space, layout, letters): deleted, what is left
+# bounds a filler's count, read in C.
 _ASCII_NOT_FILLERS = bytes(sorted(ord(c) for c in _NOT_FILLERS if ord(c) < 128))
 # The pieces of a control token that a block's edges cut off.
 _TOKEN_PIECE = re.compile(r"^[^<>\s]{1,45}>|<[^<>\s]{0,45}$")
