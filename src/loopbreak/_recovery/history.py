@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from loopbreak._config import Config
+from loopbreak._config import Config, ProxyConfig
 from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.grams import GramSet
 from loopbreak._engine.notices import TEXTS
@@ -233,7 +233,7 @@ class ReplayCheckpoints:
     (the start of its first two messages). Safe to share between threads.
     """
 
-    def __init__(self, max_chars: int = 1 << 26) -> None:
+    def __init__(self, max_chars: int = ProxyConfig().replay_checkpoint_chars) -> None:
         self._max_chars = max_chars
         self._kept: OrderedDict[tuple[str, ...], _Checkpoint] = OrderedDict()
         self._chars = 0

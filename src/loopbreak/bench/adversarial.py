@@ -253,13 +253,17 @@ def _describe(body: dict[str, Any]) -> str:
     return f"{calls:,} calls, {len(json.dumps(body)) / 1e6:.1f} MB"
 
 
+def _first_calls(body: dict[str, Any], calls: int) -> dict[str, Any]:
+    """``body`` with the first ``calls`` calls of its history."""
+    # Two messages before the calls (system, user), then two per call (answer, result).
+    return {**body, "messages": body["messages"][: 2 + 2 * calls]}
+
+
 def _request(body: dict[str, Any], calls: int) -> dict[str, Any]:
     """The request holding the first ``calls`` calls of ``body``'s history, parsed from its
     bytes as the proxy parses every request (fresh objects: nothing is shared with an
     earlier request but what the proxy itself kept)."""
-    # Two messages before the calls (system, user), then two per call (answer, result).
-    request = {**body, "messages": body["messages"][: 2 + 2 * calls]}
-    parsed: dict[str, Any] = json.loads(json.dumps(request))
+    parsed: dict[str, Any] = json.loads(json.dumps(_first_calls(body, calls)))
     return parsed
 
 
@@ -304,7 +308,7 @@ def history_unkept_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     _replayed(iter([_request(body, calls)]), clock)
     timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock)
     return PartResult("history replay, from the start",
-                      f"{_describe(_request(body, calls))}, a later request, its "
+                      f"{_describe(_first_calls(body, calls))}, a later request, its "
                       f"checkpoint lost", TARGET_HISTORY_MS, timings)
 
 
@@ -318,7 +322,7 @@ def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     kept = ReplayCheckpoints()
     _replayed(iter([_request(body, calls)]), clock, kept)
     timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock, kept)
-    return PartResult("history replay", f"{_describe(_request(body, calls))}, a session's "
+    return PartResult("history replay", f"{_describe(_first_calls(body, calls))}, a session's "
                       "later requests (one call more each)", TARGET_HISTORY_MS, timings)
 
 

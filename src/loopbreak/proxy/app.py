@@ -246,8 +246,9 @@ class ProxyApp:
         self._session: Any = None
         self._watcher: asyncio.Future[None] | None = None
         self._dialects: dict[str, str] = {}
-        # Where each session's last replay left off: its next request replays what is new.
-        self._replays = ReplayCheckpoints(self.source.proxy.replay_checkpoint_chars or 1 << 26)
+        # Where each session's last replay left off: its next request replays what is new
+        # (sized to the budget in force by _checkpoints, request by request).
+        self._replays = ReplayCheckpoints()
 
     # --- ASGI --------------------------------------------------------------------------
 
