@@ -79,12 +79,16 @@ class ChannelGuard:
     call guard does so when the channel changes, a tool call starts or the call ends).
     """
 
-    __slots__ = ("_batch", "_detectors", "_judged", "_left", "_pending", "_per_delta",
-                 "channel", "trip")
+    __slots__ = ("_batch", "_detectors", "_grams", "_judged", "_left", "_pending",
+                 "_per_delta", "channel", "trip")
 
-    def __init__(self, channel: Channel, config: Config | None = None) -> None:
+    def __init__(self, channel: Channel, config: Config | None = None,
+                 grams: GramSet | None = None) -> None:
         cfg = config or Config()
         self.channel: Channel = channel
+        # Every character fed is added to ``grams`` a batch at a time (trip or not): a
+        # gram set fed each token-sized delta costs more than every rule together.
+        self._grams = grams
         detectors = build_detectors(channel, cfg)
         # (tie-break index, detector): the rule whose decision depends on the split sees
         # the batch's deltas one by one; the others see them joined.
@@ -141,6 +145,8 @@ class ChannelGuard:
         self._left = self._batch
         if self.trip is not None:
             # After the trip nothing is judged: what came is only counted.
+            if self._grams is not None:
+                self._grams.feed("".join(pending))
             pending.clear()
             return None
         first: tuple[int, Trip] | None = None
@@ -150,6 +156,8 @@ class ChannelGuard:
                 first = (index, trip)
         text = pending[0] if len(pending) == 1 else "".join(pending)
         pending.clear()
+        if self._grams is not None:
+            self._grams.feed(text)
         for index, detector in self._detectors:
             trip = detector.feed(text)
             # The earliest character wins; among equals, the earlier rule in the list.
@@ -247,8 +255,10 @@ class CallGuard:
 
     def __init__(self, config: Config | None = None, *, track_grams: bool = False) -> None:
         self._config = config or Config()
-        self._channels = {ch: ChannelGuard(ch, self._config) for ch in CHANNELS}
         self._grams = GramSet() if track_grams else None
+        self._channels = {ch: ChannelGuard(ch, self._config,
+                                           self._grams if ch == "reasoning" else None)
+                          for ch in CHANNELS}
         self._answer: list[str] = []
         self._answer_chars = 0
         self._tools: dict[Hashable, ToolCallRecord] = {}
@@ -285,10 +295,7 @@ class CallGuard:
         if guard is None:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
         if delta:
-            if channel == "reasoning":
-                if self._grams is not None:
-                    self._grams.feed(delta)
-            elif self._answer_chars < ANSWER_SAMPLE_CHARS:
+            if channel == "text" and self._answer_chars < ANSWER_SAMPLE_CHARS:
                 self._answer.append(delta)
                 self._answer_chars += len(delta)
             if channel != self._channel_now:

@@ -9,6 +9,7 @@ from itertools import compress
 Shingle = int | str
 """A shingle's key: equal keys mean equal substrings."""
 
+_TAKE_CHARS = 1024  # characters a gram set lets wait before reading them into grams
 _SHINGLE_WORD = 4  # characters of a shingle read as one 64-bit word of UTF-16 units
 # Byte maps for blocks with an astral character: any set byte as 1; 0 as 1, the rest as 0.
 _NONZERO_AS_ONE = bytes([0] + [1] * 255)
@@ -89,7 +90,8 @@ class GramSet:
     bias, so a 1 MB call costs no more memory than a 64 kB one.
     """
 
-    __slots__ = ("_cap", "_carry", "_consumed", "_grams", "_level", "_size")
+    __slots__ = ("_cap", "_carry", "_consumed", "_grams", "_level", "_pending",
+                 "_pending_chars", "_size")
 
     def __init__(self, size: int = 4, cap: int = 1 << 16) -> None:
         self._size = size
@@ -98,10 +100,16 @@ class GramSet:
         self._level = 0
         self._carry = ""
         self._consumed = 0
+        # Deltas not read into grams yet: a gram set is fed every token of a call's
+        # reasoning but read once, at its end; the grams are taken _TAKE_CHARS at a time
+        # (or when read), the same set, a sixth of the cost of taking each delta's.
+        self._pending: list[str] = []
+        self._pending_chars = 0
 
     @property
     def level(self) -> int:
         """How many times the sample has been halved (0 = exact)."""
+        self._take()
         return self._level
 
     @property
@@ -110,6 +118,7 @@ class GramSet:
         return self._consumed
 
     def __len__(self) -> int:
+        self._take()
         return len(self._grams)
 
     def feed(self, delta: str) -> None:
@@ -117,7 +126,20 @@ class GramSet:
         if not delta:
             return
         self._consumed += len(delta)
-        text = self._carry + delta
+        self._pending.append(delta)
+        self._pending_chars += len(delta)
+        if self._pending_chars >= _TAKE_CHARS:
+            self._take()
+
+    def _take(self) -> None:
+        """Read the deltas that wait into grams. The level it ends at is the one taking each
+        delta alone ends at (the least whose sample of every gram seen fits the cap), so
+        the set is the same."""
+        if not self._pending:
+            return
+        text = self._carry + "".join(self._pending)
+        self._pending.clear()
+        self._pending_chars = 0
         size = self._size
         # zip of shifted copies then one join per gram: C loops, no Python frame per gram
         new: Iterable[str] = map("".join, zip(*(text[k:] for k in range(size))))
@@ -133,6 +155,7 @@ class GramSet:
 
     def sample(self, level: int) -> set[str]:
         """The grams kept at ``level`` (``level >= self.level``)."""
+        self._take()
         if level == self._level:
             return self._grams
         mask = (1 << level) - 1
@@ -140,7 +163,7 @@ class GramSet:
 
     def containment(self, other: GramSet) -> float:
         """|A ∩ B| / min(|A|, |B|): how much of the smaller set the larger one holds."""
-        level = max(self._level, other._level)
+        level = max(self.level, other.level)
         mine, theirs = self.sample(level), other.sample(level)
         if not mine or not theirs:
             return 0.0

@@ -41,7 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from loopbreak._config import Config
-from loopbreak._engine.call_guard import ChannelGuard
+from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import CHANNELS, Channel
 from loopbreak._errors import InputError
 from loopbreak._samples import loop_samples
@@ -499,15 +499,17 @@ def bench_config() -> Config:
 
 
 def loopbreak_subject(channel: Channel, config: Config | None = None) -> Subject:
-    """loopbreak's full rule set on one channel."""
+    """loopbreak's full rule set on one channel, fed as a session's call is (what the proxy
+    and the integrations run): through a call guard that also keeps the reasoning's 4-grams
+    for the stall rule."""
     from loopbreak import __version__
 
     cfg = config if config is not None else bench_config()
 
     def make() -> Feeder:
-        guard = ChannelGuard(channel, cfg)
+        guard = CallGuard(cfg, track_grams=True)
         feed, flush = guard.feed, guard.flush
-        return lambda delta: (feed(delta) if delta else flush()) is not None
+        return lambda delta: (feed(channel, delta) if delta else flush()) is not None
 
     return Subject(f"loopbreak ({channel})", __version__, make)
 

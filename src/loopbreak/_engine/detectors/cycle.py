@@ -99,6 +99,9 @@ ONE_LINE_MIN_PERIOD = 16
 _ANCHOR_CHARS = 32
 # _least_run by setting (a handful per process: the channels, the counter variant).
 _LEAST_RUN: dict[tuple[object, ...], int] = {}
+# _earliest's spans by period, per setting: a guard is built for every call, and the first
+# step of a flood asks for dozens of periods.
+_NEEDS: dict[tuple[object, ...], dict[int, tuple[int, int]]] = {}
 
 
 def is_numeric_data(unit: str) -> bool:
@@ -165,7 +168,7 @@ class CycleDetector:
         self._step = self._half - self._anchor + 1
         # The least run a unit of each period needs and the most any run is measured to,
         # worked out when the period first comes up.
-        self._needs: dict[int, tuple[int, int]] = {}
+        self._needs = self._shared_needs()
         self._keep = (max(self._min_span_code, self._two_copies(self._max_period, pool=False))
                       + self._step + self._anchor + 1)
         self._buf = ""
@@ -210,6 +213,18 @@ class CycleDetector:
             if len(_LEAST_RUN) < 64:
                 _LEAST_RUN[key] = least
         return least
+
+    def _shared_needs(self) -> dict[int, tuple[int, int]]:
+        """The table of spans by period that every guard of this setting shares."""
+        key = (type(self), self._span_cap, self._three_copies, self._two_only,
+               self._two_only_pool, self._past_two, self._max_period, self._min_span_code,
+               self._two_copies(1), self._two_copies(2))
+        needs = _NEEDS.get(key)
+        if needs is None:
+            needs = {}
+            if len(_NEEDS) < 64:
+                _NEEDS[key] = needs
+        return needs
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
@@ -356,7 +371,8 @@ class CycleDetector:
                     if reach > upto:
                         others = [q for q in others if q > reach or q % nearest]
                 for period in others:
-                    at, _ = self._earliest(n0, n1, period)
+                    # Periods come in increasing order: a later one must trip sooner to win.
+                    at, _ = self._earliest(n0, n1, period, n1 + 1 if best is None else best[0])
                     if at is not None and (best is None or (at, period) < best):
                         best = (at, period)
         self._runs, self._next_runs = self._next_runs, self._runs
@@ -414,10 +430,14 @@ class CycleDetector:
             end = q - 1 + g
         return periods
 
-    def _earliest(self, n0: int, n1: int, period: int) -> tuple[int | None, int]:
+    def _earliest(self, n0: int, n1: int, period: int,
+                  before: int | None = None) -> tuple[int | None, int]:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies, and how far
         the period vouches for its multiples in this step: they cannot qualify anywhere in
-        it up to that length (0: no such promise)."""
+        it up to that length (0: no such promise). With ``before``, an ``m`` there or later
+        is not looked for (``None`` instead): a shorter period already trips there, and
+        judging a unit's shape is the dear part (a flood of ``好。`` offers dozens of
+        multiples, each once judged as code or prose)."""
         needs = self._needs.get(period)
         if needs is None:
             # Runs are measured up to the longest period too, so a rejected unit can vouch
@@ -427,6 +447,7 @@ class CycleDetector:
                 max(self._code_span(period) - period,
                     self._span(period, pool=False) - period, self._max_period))
         need, cap = needs
+        last = n1 if before is None else min(n1, before - 1)
         buf, base = self._buf, self._base
         lo, hi = n0 - base, n1 - base
         run = self._runs.get(period)
@@ -446,18 +467,20 @@ class CycleDetector:
             return None, (vouched if repeats else 0)
         if repeats:
             # The whole step repeats (a loop in full swing): the run grows by one per character.
+            # The least span any unit of the period needs: its own is no shorter.
             at = max(n0 + 1, n0 + need - run, need + period)
-            if at > n1:
+            if at > last:
                 return None, vouched
             unit_need = self._unit_need(at, period, n0 - run)
             if unit_need is None:
                 return None, vouched
             if unit_need != need:
                 at = max(n0 + 1, n0 + unit_need - run, unit_need + period)
-            return (at if at <= n1 else None), 0
+            return (at if at <= last else None), 0
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need: int | None = None
-        for i in range(lo, hi):
+        # Past ``last`` nothing is looked for; the run then is not kept for the next step.
+        for i in range(lo, min(hi, last - base)):
             if i >= period and buf[i] == buf[i - period]:
                 run += 1
             else:
