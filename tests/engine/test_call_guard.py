@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopbreak import CallGuard, ChannelGuard, Config, build_detectors
+from loopbreak._engine.grams import GramSet
 from loopbreak._samples import answer_loop, star_flood, verbatim_loop
 
 
@@ -89,6 +90,22 @@ def test_summary_counts_channels_and_tool_calls() -> None:
     assert summary.productive and summary.trip is None
     assert summary.grams is not None and len(summary.grams) > 0
     assert CallGuard().summary().grams is None
+
+
+def test_summary_grams_hold_every_reasoning_character_after_a_trip_too() -> None:
+    # The grams are read a batch at a time: what waits, text in between and what comes after
+    # the call's trip all reach them, and no text-channel character does.
+    guard = CallGuard(track_grams=True)
+    reasoning = ["Let me open the file. ", "好。" * 120, "and then", " the tests.", "x" * 50]
+    for i, delta in enumerate(reasoning):
+        for k in range(0, len(delta), 3):
+            guard.feed_reasoning(delta[k : k + 3])
+        guard.feed_text(f"<answer {i}>")
+    summary = guard.summary()
+    assert summary.trip is not None
+    expected = GramSet()
+    expected.feed("".join(reasoning))
+    assert summary.grams is not None and summary.grams.sample(0) == expected.sample(0)
 
 
 # -- judging in batches ------------------------------------------------------------------------

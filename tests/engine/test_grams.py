@@ -54,6 +54,47 @@ def test_gram_set_spans_delta_boundaries() -> None:
         text[i : i + 4] for i in range(len(text) - 3)))
 
 
+def _grams_one_delta_at_a_time(deltas: list[str], cap: int) -> tuple[set[str], int]:
+    """The gram set as defined: each delta's grams added, halved whenever over the cap."""
+    grams: set[str] = set()
+    level, text = 0, ""
+    for delta in deltas:
+        start = max(0, len(text) - 3)
+        text += delta
+        grams.update(g for g in (text[i : i + 4] for i in range(start, len(text) - 3))
+                     if not hash(g) & ((1 << level) - 1))
+        while len(grams) > cap:
+            level += 1
+            grams = {g for g in grams if not hash(g) & ((1 << level) - 1)}
+    return grams, level
+
+
+@given(st.lists(st.text(alphabet="abcdefgh \n😀", max_size=300), max_size=40),
+       st.sampled_from([8, 64, 1 << 16]))
+def test_gram_set_taken_in_batches_is_the_set_taken_delta_by_delta(
+        deltas: list[str], cap: int) -> None:
+    grams = GramSet(cap=cap)
+    for delta in deltas:
+        grams.feed(delta)
+    expected, level = _grams_one_delta_at_a_time(deltas, cap)
+    assert grams.consumed == sum(map(len, deltas))
+    assert (grams.level, grams.sample(grams.level), len(grams)) == (level, expected,
+                                                                      len(expected))
+
+
+def test_gram_set_taken_in_batches_spans_their_edges() -> None:
+    # Thousands of characters in token-sized deltas: many batches, grams across each edge.
+    rng = random.Random(5)
+    deltas = ["".join(rng.choice("abcdefgh \n😀") for _ in range(rng.randrange(1, 9)))
+              for _ in range(3000)]
+    for cap in (1 << 16, 2048):
+        grams = GramSet(cap=cap)
+        for delta in deltas:
+            grams.feed(delta)
+        expected, level = _grams_one_delta_at_a_time(deltas, cap)
+        assert (grams.level, grams.sample(grams.level)) == (level, expected)
+
+
 def test_gram_set_stays_bounded_and_estimates_containment() -> None:
     rng = random.Random(3)
     alphabet = "abcdefghijklmnopqrstuvwxyz "
