@@ -50,6 +50,7 @@ from loopbreak._engine.charclass import (
 )
 from loopbreak._engine.trip import Channel, Trip
 
+_SPACE_RUN = re.compile(f"{SPACE}+")
 # What markdown tables and rules are drawn with.
 _RULE_DRAWING = " \t\n-|:=+_"
 
@@ -112,7 +113,13 @@ class DegeneracyDetector:
         flags: list[str] = []
         if symbols + emoji >= cfg.min_noise_share * nonspace:
             flags.append("noisy")
-        visible = {ch for ch, cls in zip(block, classes) if cls != SPACE}
+        # A character's class does not depend on where it stands: the distinct characters
+        # less those found in the runs classed as space (a flood block is 128 characters,
+        # few of them spaces; half the cost of classing each character in Python).
+        visible = set(block)
+        if nonspace < len(classes):
+            visible.difference_update(*[block[m.start() : m.end()]
+                                        for m in _SPACE_RUN.finditer(classes)])
         variety = len(visible) / min(nonspace, cfg.variety_window)
         if variety <= cfg.max_variety:
             flags.append("low-variety")
