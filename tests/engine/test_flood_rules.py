@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopbreak import Config, scan
@@ -194,6 +195,76 @@ def test_progression_judges_a_number_on_the_character_after_it() -> None:
     for size in (1, 3, 32):
         trip = first_trip(ProgressionDetector(), text, size=size)
         assert trip is not None and trip.at == expected.at
+
+
+def _reference_progression(text: str, min_terms: int, max_sep: int) -> tuple[int, int] | None:
+    """The rule read from its definition, one number at a time over the whole text: where
+    it trips (the character after the number that makes ``min_terms``) and the count."""
+    prev: int | None = None
+    step = terms = 0
+    template = ""
+    end = 0  # where the text since the last number starts
+    for number in re.finditer(r"\d+", text):
+        if number.end() == len(text):
+            break  # a number the text ends in is not complete
+        sep, digits = text[end : number.start()], number.group()
+        end = number.end()
+        if len(digits) > 18 or len(sep) > max_sep:
+            prev, terms = (None, 0) if len(digits) > 18 else (int(digits), 1)
+            continue
+        value = int(digits)
+        if prev is None:
+            terms = 1
+        elif terms >= 2 and value - prev == step and sep == template:
+            terms += 1
+        elif value != prev:
+            step, template, terms = value - prev, sep, 2
+        else:
+            terms = 1
+        prev = value
+        if terms >= min_terms:
+            return number.end() + 1, terms
+    return None
+
+
+# Runs that count on (some for longer than min_terms, some broken by a wrong step, a changed
+# separator, a repeated number or words), random numbers, 19-digit numbers, text without any.
+_NUMERIC_PIECE = st.one_of(
+    st.tuples(st.integers(-50, 5000), st.integers(-3, 12), st.sampled_from([", ", ",", "\n", " "]),
+              st.integers(1, 40)).map(lambda r: r[2].join(str(abs(r[0] + i * r[1]))
+                                                           for i in range(r[3]))),
+    # one step, the separator changing now and then
+    st.tuples(st.integers(0, 500), st.integers(1, 3),
+              st.lists(st.sampled_from([", ", ", ", ", ", ","]), min_size=1, max_size=40)).map(
+        lambda r: "".join(f"{r[0] + i * r[1]}{sep}" for i, sep in enumerate(r[2]))),
+    # counts across the longest number a counter may have (18 digits) and past it
+    st.tuples(st.sampled_from([10**17, 10**18 - 3, 10**18 + 2, 2 * 10**18, 10**19]),
+              st.sampled_from([-3, -1, 1, 2]), st.integers(1, 12)).map(
+        lambda r: ", ".join(str(r[0] + i * r[1]) for i in range(r[2])) + ", "),
+    st.lists(st.integers(0, 999), max_size=12).map(lambda xs: ",".join(map(str, xs))),
+    st.sampled_from(["1234567890123456789012", "7", "\n", ", ", " and then some words ", "x"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_NUMERIC_PIECE, max_size=30).map("".join), st.integers(3, 40),
+       st.sampled_from([2, 16]), st.randoms(use_true_random=False))
+@example("".join(f"{i}{',' if i == 5 else ', '}" for i in range(40)), 30, 16,
+         random.Random(1))  # the separator changes once inside a delta: the count starts over
+@example("".join(f"{10**18 + 2 - i}, " for i in range(12)), 9, 16,
+         random.Random(1))  # a delta ends after the last number too long to count (19 digits)
+def test_progression_trips_where_its_definition_does(text: str, min_terms: int, max_sep: int,
+                                                     rng: random.Random) -> None:
+    # Deltas that cannot trip are read straight to the state the stepwise reading ends in;
+    # every split must give the definition's trip, or none.
+    expected = _reference_progression(text, min_terms, max_sep)
+    for pieces in (split_random(text, rng, 90), split_fixed(text, 1), split_fixed(text, 24),
+                   [text]):
+        detector = ProgressionDetector(ProgressionConfig(min_terms=min_terms,
+                                                         max_separator=max_sep))
+        trip = feed_pieces(detector, pieces)[0]
+        got = None if trip is None else (trip.at, trip.evidence["terms"])
+        assert got == expected
 
 
 # --- degeneracy on the visible answer -------------------------------------------------------

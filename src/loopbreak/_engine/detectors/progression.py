@@ -34,6 +34,11 @@ _DIGIT = re.compile(r"\d")
 _MAX_DIGITS = 18
 
 
+def _counter(digits: str) -> int | None:
+    """A number's value, ``None`` when it is too long to be a counter."""
+    return int(digits) if len(digits) <= _MAX_DIGITS else None
+
+
 class ProgressionDetector:
     """The current arithmetic progression of numbers with one separator."""
 
@@ -63,16 +68,89 @@ class ProgressionDetector:
         self._consumed += len(delta)
         if not self._min_terms or not delta:
             return None
-        digits, sep, max_sep = self._digits, self._sep, self._max_sep
-        if not digits and len(sep) > max_sep and not _DIGIT.search(delta):
+        digits = self._digits
+        if not digits and len(self._sep) > self._max_sep and not _DIGIT.search(delta):
             return None  # prose far from any number: nothing to read
-        # One pass with the state in locals: numeric text ends a number every few
-        # characters, and a method call per number was most of the rule's cost. The
-        # split alternates text between numbers (maybe empty) and numbers.
+        # The split alternates text between numbers (maybe empty) and numbers; the number
+        # being read goes in front, so it is read whole.
+        parts = _NUMBER_SPLIT.split(digits + delta if digits else delta)
+        if max(self._terms, 1) + len(parts) // 2 < self._min_terms and \
+                self._take_without_trip(parts):
+            return None
+        return self._feed_stepwise(parts, start - len(digits))
+
+    def _take_without_trip(self, parts: list[str]) -> bool:
+        """Read a delta that cannot trip (its numbers, counted on from the run so far, stay
+        short of ``min_terms``) straight to the state the number-by-number reading ends in:
+        the count after the last number is the length of the run of equal steps that ends
+        there, read backwards, and most numeric text breaks it within a step or two
+        (numeric CSV, one number per line: no Python step per number). ``False``, with
+        nothing changed, when the last complete number is too long to be a counter (the
+        stepwise reading handles it)."""
+        max_sep = self._max_sep
+        # The text before the first number: the number being read began after the last
+        # separator; otherwise the delta's first text goes on from it.
+        before = self._sep if self._digits else (self._sep + parts[0])[: max_sep + 1]
+        numbers = parts[1::2]
+        if not numbers:
+            self._sep = before
+            return True
+        after = parts[2::2]
+        done = len(numbers) if after[-1] else len(numbers) - 1
+        if done and not self._settle(numbers, done, before, after):
+            return False
+        if done == len(numbers):
+            self._digits, self._sep = "", after[-1][: max_sep + 1]
+        else:
+            self._digits = numbers[-1][: _MAX_DIGITS + 1]
+            self._sep = before if done == 0 else after[done - 1][: max_sep + 1]
+        return True
+
+    def _settle(self, numbers: list[str], done: int, before: str, after: list[str]) -> bool:
+        """The count, step and separator after the ``done`` complete ``numbers``: the first
+        came after ``before``, each later one ``j`` after ``after[j - 1]``. Only the numbers
+        the run reaches back over are read as integers; one too long to count breaks the
+        run (a count after it starts over), and ``False`` (nothing changed) when it is the
+        last."""
+        last = done - 1
+        value = _counter(numbers[last])
+        if value is None:
+            return False
+        first_prev = self._prev
+        prev = _counter(numbers[last - 1]) if last else first_prev
+        sep = after[last - 1] if last else before
+        self._prev = value
+        if len(sep) > self._max_sep or prev is None or value == prev:
+            self._terms = 1  # a new start (the step and separator are read only from 2 on)
+            return True
+        step = value - prev
+        # Back over the numbers whose step and separator are the last ones: j is the first
+        # number of the run (its step from the number before it is the run's).
+        j = last - 1
+        while j > 0 and after[j - 1] == sep:
+            earlier = _counter(numbers[j - 1])
+            if earlier is None or prev - earlier != step:
+                break
+            prev = earlier
+            j -= 1
+        if j > 0 or (last and not (first_prev is not None and prev - first_prev == step
+                                    and before == sep)):
+            self._terms = last - j + 1
+        elif self._terms >= 2 and (self._step, self._template) == (step, sep):
+            self._terms += last + 1  # the run goes on from before this delta
+        else:
+            self._terms = last + 2
+        self._step, self._template = step, sep
+        return True
+
+    def _feed_stepwise(self, parts: list[str], start: int) -> Trip | None:
+        """Read ``parts`` number by number (``start``: the stream position of their first
+        character), with the state in locals: numeric text ends a number every few
+        characters, and a method call per number was most of the rule's cost."""
+        digits, sep, max_sep = "", self._sep, self._max_sep
         prev, step, template, terms = self._prev, self._step, self._template, self._terms
         min_terms = self._min_terms
         trip: Trip | None = None
-        parts = _NUMBER_SPLIT.split(delta)
         pos = 0
         for i in range(0, len(parts), 2):
             text = parts[i]
