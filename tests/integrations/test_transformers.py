@@ -9,8 +9,10 @@ which, where that is absent.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
+import random
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ from loopbreak.integrations.transformers import (
     IncrementalDecoder,
     LoopStoppingCriteria,
     TokenJudge,
+    _backend_decode,
     make_decode,
     marker_ids,
     start_channel,
@@ -128,6 +131,28 @@ def test_decoder_on_the_real_tokenizer(tokenizer: Any) -> None:
     assert not any("\ufffd" in piece for piece in pieces)
     # the characters that span tokens in this tokenizer were held, not split
     assert sum(1 for piece in pieces if piece == "") > 0
+
+
+def test_decode_reads_the_fast_tokenizers_own_decode(tokenizer: Any) -> None:
+    # The tokenizers library's decode, without the wrapper's Python layers: the same text for
+    # any ids (special tokens among them), and the wrapper still wins where a subclass changes it.
+    decode = make_decode(tokenizer)
+    assert _backend_decode(tokenizer) is not None
+    rng = random.Random(4)
+    special = list(tokenizer.all_special_ids)
+    for _ in range(300):
+        ids = [rng.choice(special) if rng.random() < 0.1 else rng.randrange(tokenizer.vocab_size)
+               for _ in range(rng.randrange(0, 20))]
+        assert decode(ids) == tokenizer.decode(ids, skip_special_tokens=True,
+                                               clean_up_tokenization_spaces=False)
+
+    class Marked(type(tokenizer)):  # type: ignore[misc]
+        def decode(self, *args: Any, **kwargs: Any) -> Any:
+            return "marked:" + str(super().decode(*args, **kwargs))
+
+    marked = copy.copy(tokenizer)
+    marked.__class__ = Marked
+    assert make_decode(marked)(tokenizer.encode("ok")) == "marked:ok"
 
 
 # -- the per-stream judge ---------------------------------------------------------------------
