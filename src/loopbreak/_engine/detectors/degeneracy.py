@@ -50,6 +50,7 @@ from loopbreak._engine.charclass import (
 )
 from loopbreak._engine.trip import Channel, Trip
 
+# A run of characters classed as space, in a block's class string.
 _SPACE_RUN = re.compile(f"{SPACE}+")
 # What markdown tables and rules are drawn with.
 _RULE_DRAWING = " \t\n-|:=+_"
