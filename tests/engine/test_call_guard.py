@@ -92,6 +92,17 @@ def test_summary_counts_channels_and_tool_calls() -> None:
     assert CallGuard().summary().grams is None
 
 
+def test_a_channel_that_never_streamed_has_consumed_nothing() -> None:
+    # A channel's rules are built on its first delta; asking about one that has none builds
+    # nothing and still checks the name.
+    guard = CallGuard(track_grams=True)
+    guard.feed_reasoning("abc")
+    assert (guard.consumed("reasoning"), guard.consumed("text")) == (3, 0)
+    assert guard.summary().text_chars == 0
+    with pytest.raises(ValueError, match="channel must be one of"):
+        guard.consumed("audio")  # type: ignore[arg-type]
+
+
 def test_summary_grams_hold_every_reasoning_character_after_a_trip_too() -> None:
     # The grams are read a batch at a time: what waits, text in between and what comes after
     # the call's trip all reach them, and no text-channel character does.

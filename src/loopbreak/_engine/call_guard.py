@@ -31,10 +31,14 @@ from loopbreak._engine.grams import GramSet
 from loopbreak._engine.trip import CHANNELS, Channel, Detector, Trip
 
 
-def build_detectors(channel: Channel, config: Config) -> list[Detector]:
-    """Every single-call rule that watches ``channel`` under ``config``, in tie-break order."""
+def _check_channel(channel: str) -> None:
     if channel not in CHANNELS:
         raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
+
+
+def build_detectors(channel: Channel, config: Config) -> list[Detector]:
+    """Every single-call rule that watches ``channel`` under ``config``, in tie-break order."""
+    _check_channel(channel)
     detectors: list[Detector] = []
     if channel == "reasoning":
         if config.degeneracy.enabled:
@@ -256,9 +260,9 @@ class CallGuard:
     def __init__(self, config: Config | None = None, *, track_grams: bool = False) -> None:
         self._config = config or Config()
         self._grams = GramSet() if track_grams else None
-        self._channels = {ch: ChannelGuard(ch, self._config,
-                                           self._grams if ch == "reasoning" else None)
-                          for ch in CHANNELS}
+        # Each channel's rules are built when the channel first streams: most calls stream
+        # one, and building a channel's rules costs ~25 µs.
+        self._channels: dict[Channel, ChannelGuard] = {}
         self._answer: list[str] = []
         self._answer_chars = 0
         self._tools: dict[Hashable, ToolCallRecord] = {}
@@ -287,13 +291,24 @@ class CallGuard:
 
     def consumed(self, channel: Channel) -> int:
         """Characters of ``channel`` fed so far."""
-        return self._channels[channel].consumed
+        guard = self._channels.get(channel)
+        if guard is not None:
+            return guard.consumed
+        _check_channel(channel)
+        return 0
+
+    def _open(self, channel: Channel) -> ChannelGuard:
+        """The rules of ``channel``, built on its first delta."""
+        _check_channel(channel)
+        guard = self._channels[channel] = ChannelGuard(
+            channel, self._config, self._grams if channel == "reasoning" else None)
+        return guard
 
     def feed(self, channel: Channel, delta: str) -> Trip | None:
         """Judge a delta of ``reasoning`` or ``text``; return the trip to act on now."""
         guard = self._channels.get(channel)
         if guard is None:
-            raise ValueError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
+            guard = self._open(channel)
         if delta:
             if channel == "text" and self._answer_chars < ANSWER_SAMPLE_CHARS:
                 self._answer.append(delta)
@@ -381,8 +396,8 @@ class CallGuard:
         """The call as the cross-call rules see it (what waits is judged first)."""
         self.flush()
         return CallSummary(
-            reasoning_chars=self._channels["reasoning"].consumed,
-            text_chars=self._channels["text"].consumed,
+            reasoning_chars=self.consumed("reasoning"),
+            text_chars=self.consumed("text"),
             tool_calls=tuple(r.name for r in self._tools.values()),
             trip=self._trip,
             grams=self._grams,
