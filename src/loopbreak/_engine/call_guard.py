@@ -147,10 +147,11 @@ class ChannelGuard:
         pending = self._pending
         self._judged += self._batch - self._left
         self._left = self._batch
+        text = pending[0] if len(pending) == 1 else "".join(pending)
+        if self._grams is not None:
+            self._grams.feed(text)
         if self.trip is not None:
             # After the trip nothing is judged: what came is only counted.
-            if self._grams is not None:
-                self._grams.feed("".join(pending))
             pending.clear()
             return None
         first: tuple[int, Trip] | None = None
@@ -158,10 +159,7 @@ class ChannelGuard:
             trip = per_delta.feed_pieces(pending)
             if trip is not None and (first is None or trip.at < first[1].at):
                 first = (index, trip)
-        text = pending[0] if len(pending) == 1 else "".join(pending)
         pending.clear()
-        if self._grams is not None:
-            self._grams.feed(text)
         for index, detector in self._detectors:
             trip = detector.feed(text)
             # The earliest character wins; among equals, the earlier rule in the list.
