@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopbreak._engine.grams import GramSet, jaccard, shingles
+from loopbreak._engine.grams import _FRESH_GRAMS, _TAKE_CHARS, GramSet, jaccard, shingles
 
 
 def _substrings(block: str, size: int, step: int) -> set[str]:
@@ -93,6 +93,29 @@ def test_gram_set_taken_in_batches_spans_their_edges() -> None:
             grams.feed(delta)
         expected, level = _grams_one_delta_at_a_time(deltas, cap)
         assert (grams.level, grams.sample(grams.level)) == (level, expected)
+
+
+def test_sampled_gram_set_read_at_any_point_is_the_set_taken_delta_by_delta() -> None:
+    # Past its cap a gram set gathers grams before sifting them into the sample: read
+    # between batches, mid-gathering and after many sifts, it must be the defined set,
+    # and what it holds while nobody reads it must stay bounded.
+    rng = random.Random(11)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ 😀"
+    deltas = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9)))
+              for _ in range(40_000)]
+    cap = 2048
+    grams = GramSet(cap=cap)
+    reads = set(rng.sample(range(len(deltas)), 12))
+    most_held = 0
+    for i, delta in enumerate(deltas):
+        grams.feed(delta)
+        most_held = max(most_held, len(grams._grams) + len(grams._fresh))
+        if i in reads:
+            expected, level = _grams_one_delta_at_a_time(deltas[: i + 1], cap)
+            assert (grams.level, grams.sample(grams.level)) == (level, expected)
+    expected, level = _grams_one_delta_at_a_time(deltas, cap)
+    assert level > 2 and (grams.level, grams.sample(grams.level)) == (level, expected)
+    assert most_held <= cap + _FRESH_GRAMS + _TAKE_CHARS
 
 
 def test_gram_set_stays_bounded_and_estimates_containment() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Set
 from functools import lru_cache
 from itertools import compress
 from operator import not_
@@ -11,6 +11,7 @@ Shingle = int | str
 """A shingle's key: equal keys mean equal substrings."""
 
 _TAKE_CHARS = 1024  # characters a gram set lets wait before reading them into grams
+_FRESH_GRAMS = 1 << 14  # grams a sampled gram set gathers before testing them
 _SHINGLE_WORD = 4  # characters of a shingle read as one 64-bit word of UTF-16 units
 # Byte maps for blocks with an astral character: any set byte as 1; 0 as 1, the rest as 0.
 _NONZERO_AS_ONE = bytes([0] + [1] * 255)
@@ -91,7 +92,7 @@ class GramSet:
     bias, so a 1 MB call costs no more memory than a 64 kB one.
     """
 
-    __slots__ = ("_cap", "_carry", "_consumed", "_grams", "_level", "_pending",
+    __slots__ = ("_cap", "_carry", "_consumed", "_fresh", "_grams", "_level", "_pending",
                  "_pending_chars", "_size")
 
     def __init__(self, size: int = 4, cap: int = 1 << 16) -> None:
@@ -106,11 +107,17 @@ class GramSet:
         # (or when read), the same set, a sixth of the cost of taking each delta's.
         self._pending: list[str] = []
         self._pending_chars = 0
+        # Once sampled, the grams taken but not yet tested against the sample's hash mask
+        # (at most _FRESH_GRAMS). A call repeats most of its grams from one batch to the
+        # next: gathered here first, each distinct one is tested once, and a gram costs a
+        # sampled set what it costs an exact one (testing every batch's grams cost ~1.7x,
+        # enough to make a long call's last token dearer than its first).
+        self._fresh: set[str] = set()
 
     @property
     def level(self) -> int:
         """How many times the sample has been halved (0 = exact)."""
-        self._take()
+        self._read_all()
         return self._level
 
     @property
@@ -119,7 +126,7 @@ class GramSet:
         return self._consumed
 
     def __len__(self) -> int:
-        self._take()
+        self._read_all()
         return len(self._grams)
 
     def feed(self, delta: str) -> None:
@@ -132,10 +139,16 @@ class GramSet:
         if self._pending_chars >= _TAKE_CHARS:
             self._take()
 
+    def _read_all(self) -> None:
+        """Bring the set up to date with everything fed (before it is read)."""
+        self._take()
+        if self._fresh:
+            self._sift()
+
     def _take(self) -> None:
-        """Read the deltas that wait into grams. The level it ends at is the one taking each
-        delta alone ends at (the least whose sample of every gram seen fits the cap), so
-        the set is the same."""
+        """Read the deltas that wait into grams. The level the set ends at is the one taking
+        each delta alone ends at (the least whose sample of every gram seen fits the cap),
+        so the set is the same."""
         if not self._pending:
             return
         text = self._carry + "".join(self._pending)
@@ -143,15 +156,27 @@ class GramSet:
         self._pending_chars = 0
         size = self._size
         # zip of shifted copies then one join per gram: C loops, no Python frame per gram
-        new: Iterable[str] = map("".join, zip(*(text[k:] for k in range(size))))
-        if self._level:
-            # The sample's grams, picked by their hash in C (a third cheaper than a Python
-            # test per gram; a long call spends most of its grams here).
-            grams = list(new)
-            new = compress(grams, map(not_, map(((1 << self._level) - 1).__and__,
-                                                 map(hash, grams))))
-        self._grams.update(new)
+        new = map("".join, zip(*(text[k:] for k in range(size))))
         self._carry = text[-(size - 1) :] if size > 1 else ""
+        if self._level:
+            self._fresh.update(new)
+            if len(self._fresh) > _FRESH_GRAMS:
+                self._sift()
+            return
+        self._grams.update(new)
+        self._shrink()
+
+    def _sift(self) -> None:
+        """Move the fresh grams the sample keeps into it (picked by their hash in C, which
+        each string keeps from the set it was gathered in), and forget the rest."""
+        fresh = self._fresh
+        self._grams.update(compress(fresh, map(not_, map(((1 << self._level) - 1).__and__,
+                                                         map(hash, fresh)))))
+        fresh.clear()
+        self._shrink()
+
+    def _shrink(self) -> None:
+        """Halve the sample until it fits the cap."""
         while len(self._grams) > self._cap:
             self._level += 1
             mask = (1 << self._level) - 1
@@ -159,7 +184,7 @@ class GramSet:
 
     def sample(self, level: int) -> set[str]:
         """The grams kept at ``level`` (``level >= self.level``)."""
-        self._take()
+        self._read_all()
         if level == self._level:
             return self._grams
         mask = (1 << level) - 1
