@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopbreak._engine.grams import _FRESH_GRAMS, _TAKE_CHARS, GramSet, jaccard, shingles
+import loopbreak._engine.grams as grams_module
+from loopbreak._engine.grams import _TAKE_CHARS, GramSet, jaccard, shingles
 
 
 def _substrings(block: str, size: int, step: int) -> set[str]:
@@ -95,27 +97,45 @@ def test_gram_set_taken_in_batches_spans_their_edges() -> None:
         assert (grams.level, grams.sample(grams.level)) == (level, expected)
 
 
-def test_sampled_gram_set_read_at_any_point_is_the_set_taken_delta_by_delta() -> None:
-    # Past its cap a gram set gathers grams before sifting them into the sample: read
-    # between batches, mid-gathering and after many sifts, it must be the defined set,
-    # and what it holds while nobody reads it must stay bounded.
+def test_sampled_gram_set_read_at_any_point_is_the_set_taken_delta_by_delta(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past its cap a gram set tests a batch's grams at once or gathers them first, and
+    # switches between the two: read between batches, mid-gathering and after many sifts,
+    # it must be the defined set, and what it holds while nobody reads it must stay
+    # bounded. Stretches of new grams (random letters) alternate with stretches of
+    # repeated ones (three phrases, now and then a new one, so gathering fills up).
+    monkeypatch.setattr(grams_module, "_FRESH_GRAMS", 512)
     rng = random.Random(11)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ 😀"
-    deltas = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9)))
-              for _ in range(40_000)]
+    pool = ["the retry loop never sleeps ", "let me check the file again ", "好。执行。"]
+    deltas: list[str] = []
+    for stretch in range(17):
+        if stretch % 2:
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(3000, 12_000)))
+        else:
+            text = "".join("".join(rng.choice(alphabet) for _ in range(24)) + " "
+                           if rng.random() < 0.15 else rng.choice(pool) for _ in range(400))
+        at = 0
+        while at < len(text):
+            step = rng.randrange(1, 9)
+            deltas.append(text[at : at + step])
+            at += step
     cap = 2048
     grams = GramSet(cap=cap)
-    reads = set(rng.sample(range(len(deltas)), 12))
+    reads = set(rng.sample(range(len(deltas)), 40))
     most_held = 0
+    ways = [grams._gathering]
     for i, delta in enumerate(deltas):
         grams.feed(delta)
         most_held = max(most_held, len(grams._grams) + len(grams._fresh))
+        if grams._gathering != ways[-1]:
+            ways.append(grams._gathering)
         if i in reads:
             expected, level = _grams_one_delta_at_a_time(deltas[: i + 1], cap)
             assert (grams.level, grams.sample(grams.level)) == (level, expected)
     expected, level = _grams_one_delta_at_a_time(deltas, cap)
     assert level > 2 and (grams.level, grams.sample(grams.level)) == (level, expected)
-    assert most_held <= cap + _FRESH_GRAMS + _TAKE_CHARS
+    assert most_held <= cap + 512 + _TAKE_CHARS and len(ways) > 8
 
 
 def test_gram_set_stays_bounded_and_estimates_containment() -> None:
