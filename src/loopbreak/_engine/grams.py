@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Collection, Iterator, Set
 from functools import lru_cache
 from itertools import compress
 from operator import not_
@@ -73,6 +73,12 @@ def _word_rows(units: bytes | bytearray, step: int) -> list[tuple[int, memoryvie
 def _slices(length: int, size: int, step: int) -> tuple[slice, ...]:
     # Blocks have one length: the slices are made once and applied in C.
     return tuple(slice(i, i + size) for i in range(0, length - size + 1, step))
+
+
+def _in_sample(grams: Collection[str], level: int) -> Iterator[str]:
+    """The grams whose hash has ``level`` low zero bits, picked in C (a string keeps its
+    hash: the set they go into, or were gathered in, does not work it out twice)."""
+    return compress(grams, map(not_, map(((1 << level) - 1).__and__, map(hash, grams))))
 
 
 def jaccard(a: Set[Shingle], b: Set[Shingle]) -> float:
@@ -174,15 +180,13 @@ class GramSet:
             return
         else:
             grams = list(new)
-            self._grams.update(compress(grams, map(not_, map(((1 << self._level) - 1).__and__,
-                                                              map(hash, grams)))))
+            self._grams.update(_in_sample(grams, self._level))
             self._test_left -= len(grams)
             self._gathering = self._test_left <= 0
         self._shrink()
 
     def _sift(self) -> None:
-        """Move the fresh grams the sample keeps into it (picked by their hash in C, which
-        each string keeps from the set it was gathered in), and forget the rest."""
+        """Move the fresh grams the sample keeps into it and forget the rest."""
         fresh = self._fresh
         if 2 * len(fresh) > self._gathered:
             # Most grams gathered were distinct: the next ones are tested at once, eight
@@ -190,8 +194,7 @@ class GramSet:
             self._gathering = False
             self._test_left = _TEST_FOR * self._gathered
         self._gathered = 0
-        self._grams.update(compress(fresh, map(not_, map(((1 << self._level) - 1).__and__,
-                                                         map(hash, fresh)))))
+        self._grams.update(_in_sample(fresh, self._level))
         fresh.clear()
         self._shrink()
 
@@ -199,16 +202,14 @@ class GramSet:
         """Halve the sample until it fits the cap."""
         while len(self._grams) > self._cap:
             self._level += 1
-            mask = (1 << self._level) - 1
-            self._grams = {g for g in self._grams if not hash(g) & mask}
+            self._grams = set(_in_sample(self._grams, self._level))
 
     def sample(self, level: int) -> set[str]:
         """The grams kept at ``level`` (``level >= self.level``)."""
         self._read_all()
         if level == self._level:
             return self._grams
-        mask = (1 << level) - 1
-        return {g for g in self._grams if not hash(g) & mask}
+        return set(_in_sample(self._grams, level))
 
     def containment(self, other: GramSet) -> float:
         """|A ∩ B| / min(|A|, |B|): how much of the smaller set the larger one holds."""
