@@ -289,6 +289,11 @@ def test_a_replayed_calls_reasoning_grams_are_kept_between_requests() -> None:
     history.clear_caches()
     again = history._reasoning_grams(short)
     assert again is not first and again.sample(0) == first.sample(0)
+    # A kept set is read by many requests: nothing waits in it to be taken in by one of them.
+    text = "check the test. " * 10
+    tiny = history._reasoning_grams(text)
+    assert (tiny._pending, tiny._fresh) == ([], set())
+    assert tiny.sample(0) == {text[i : i + 4] for i in range(len(text) - 3)}
 
 
 @pytest.mark.parametrize("language", ["en", "zh"])

@@ -374,6 +374,9 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
 def _grams_of(reasoning: str) -> GramSet:
     grams = GramSet()
     grams.feed(reasoning)
+    # Read once here: a kept set is shared by later requests (and threads), and a read takes
+    # in what waits; read now, no later read changes it.
+    len(grams)
     return grams
 
 
