@@ -124,12 +124,13 @@ def test_sampled_gram_set_read_at_any_point_is_the_set_taken_delta_by_delta(
     grams = GramSet(cap=cap)
     reads = set(rng.sample(range(len(deltas)), 40))
     most_held = 0
-    ways = [grams._gathering]
+    ways = [True]  # whether the set gathers (it does until a fill was mostly distinct)
     for i, delta in enumerate(deltas):
         grams.feed(delta)
         most_held = max(most_held, len(grams._grams) + len(grams._fresh))
-        if grams._gathering != ways[-1]:
-            ways.append(grams._gathering)
+        gathering = grams._test_left <= 0
+        if gathering != ways[-1]:
+            ways.append(gathering)
         if i in reads:
             expected, level = _grams_one_delta_at_a_time(deltas[: i + 1], cap)
             assert (grams.level, grams.sample(grams.level)) == (level, expected)

@@ -99,8 +99,8 @@ class GramSet:
     bias, so a 1 MB call costs no more memory than a 64 kB one.
     """
 
-    __slots__ = ("_cap", "_carry", "_consumed", "_fresh", "_gathered", "_gathering", "_grams",
-                 "_level", "_pending", "_pending_chars", "_size", "_test_left")
+    __slots__ = ("_cap", "_carry", "_consumed", "_fresh", "_gathered", "_grams", "_level",
+                 "_pending", "_pending_chars", "_size", "_test_left")
 
     def __init__(self, size: int = 4, cap: int = 1 << 16) -> None:
         self._size = size
@@ -122,9 +122,8 @@ class GramSet:
         # than its first). Text whose grams hardly repeat (random letters, CJK, hashes)
         # costs more gathered (the strings stay alive longer, out of cache).
         self._fresh: set[str] = set()
-        self._gathering = True
         self._gathered = 0  # grams gathered (with their repeats) since the last sift
-        self._test_left = 0  # grams to test at once before gathering again
+        self._test_left = 0  # grams to test at once before gathering again (none: gather)
 
     @property
     def level(self) -> int:
@@ -172,7 +171,7 @@ class GramSet:
         self._carry = text[-(size - 1) :] if size > 1 else ""
         if not self._level:
             self._grams.update(new)
-        elif self._gathering:
+        elif self._test_left <= 0:
             self._fresh.update(new)
             self._gathered += len(text) - size + 1
             if len(self._fresh) > _FRESH_GRAMS:
@@ -182,7 +181,6 @@ class GramSet:
             grams = list(new)
             self._grams.update(_in_sample(grams, self._level))
             self._test_left -= len(grams)
-            self._gathering = self._test_left <= 0
         self._shrink()
 
     def _sift(self) -> None:
@@ -191,7 +189,6 @@ class GramSet:
         if 2 * len(fresh) > self._gathered:
             # Most grams gathered were distinct: the next ones are tested at once, eight
             # times as many as were gathered, before gathering is tried again.
-            self._gathering = False
             self._test_left = _TEST_FOR * self._gathered
         self._gathered = 0
         self._grams.update(_in_sample(fresh, self._level))
