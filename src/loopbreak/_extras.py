@@ -14,6 +14,7 @@ import shlex
 from loopbreak._errors import LoopbreakError
 
 EXTRAS: dict[str, tuple[str, ...]] = {
+    "fast": ("numba>=0.59",),
     "logs": ("zstandard>=0.22",),
     "proxy": (
         "aiohttp>=3.9",

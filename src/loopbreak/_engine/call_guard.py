@@ -44,7 +44,8 @@ def build_detectors(channel: Channel, config: Config) -> list[Detector]:
         if config.degeneracy.enabled:
             detectors.append(DegeneracyDetector(config.degeneracy, channel))
         if config.block_repeat.enabled:
-            detectors.append(BlockRepeatDetector(config.block_repeat, channel))
+            detectors.append(BlockRepeatDetector(config.block_repeat, channel,
+                                                 compiled=config.judging.compiled != "off"))
     elif config.degeneracy.enabled and config.degeneracy.on_text:
         detectors.append(DegeneracyDetector(config.degeneracy, channel))
     if config.cycle.max_period:

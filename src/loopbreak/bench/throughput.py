@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from loopbreak._config import Config
+from loopbreak._engine import accelerator
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import CHANNELS, Channel
 from loopbreak._errors import InputError
@@ -505,13 +506,17 @@ def loopbreak_subject(channel: Channel, config: Config | None = None) -> Subject
     from loopbreak import __version__
 
     cfg = config if config is not None else bench_config()
+    # numba compiles (or loads) the kernels once per process: here, not in a timed pass.
+    compiled = accelerator.wanted(cfg.judging.compiled) is not None
 
     def make() -> Feeder:
         guard = CallGuard(cfg, track_grams=True)
         feed, flush = guard.feed, guard.flush
         return lambda delta: (feed(channel, delta) if delta else flush()) is not None
 
-    return Subject(f"loopbreak ({channel})", __version__, make)
+    note = ("compiled kernels (numba): block-repeat" if compiled and channel == "reasoning"
+            else "pure Python" if not compiled else "")
+    return Subject(f"loopbreak ({channel})", __version__, make, note)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopbreak._config import Config
+from loopbreak._engine import accelerator
 from loopbreak._engine.call_guard import CallGuard
 from loopbreak._engine.trip import Channel, Trip
 from loopbreak._extras import missing
@@ -307,6 +308,8 @@ class LoopStoppingCriteria(_Base):
         _import("transformers")
         self.tokenizer = tokenizer
         self.config = config or Config()
+        # numba compiles or loads the kernels here, not inside the first decode step.
+        accelerator.wanted(self.config.judging.compiled)
         self.channel: StartChannel = channel
         if eos_token_id is None:
             eos_token_id = getattr(tokenizer, "eos_token_id", None)

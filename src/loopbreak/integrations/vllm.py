@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loopbreak._config import Config, load_config
+from loopbreak._engine import accelerator
 from loopbreak._engine.trip import Trip
 from loopbreak._extras import missing
 from loopbreak.integrations.transformers import (
@@ -213,6 +214,8 @@ class LoopbreakLogitsProcessor(*_Bases):  # type: ignore[misc]
                  is_pin_memory: bool = False, *, tokenizer: Any = None,
                  config: Config | None = None) -> None:
         self.config = config if config is not None else load_config().config
+        # numba compiles or loads the kernels here, at engine start, not inside a step.
+        accelerator.wanted(self.config.judging.compiled)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(vllm_config)
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if not isinstance(eos, int):

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loopbreak._config import Config, ProxyConfig, load_config
+from loopbreak._engine import accelerator
 from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
@@ -295,6 +296,10 @@ class ProxyApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if self.source.config.judging.compiled != "off":
+                    # numba compiles (first run on a machine: seconds) or loads the kernels
+                    # now, off the event loop, not inside the first stream.
+                    await asyncio.get_running_loop().run_in_executor(None, accelerator.kernels)
                 if self.source.path is not None:
                     self._watcher = asyncio.ensure_future(self.source.watch())
                 await send({"type": "lifespan.startup.complete"})

@@ -34,12 +34,17 @@ exact streak of 1 trips clean text, 2 is the first clean.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from loopbreak._config import BlockRepeatConfig
+from loopbreak._engine import accelerator
 from loopbreak._engine.blocks import BlockCutter
 from loopbreak._engine.grams import Shingle, shingles
 from loopbreak._engine.shape import looks_like_code
 from loopbreak._engine.trip import Channel, Trip
+
+if TYPE_CHECKING:
+    from loopbreak._engine.compiled import BlockRing
 
 EXACT_REPEAT = "exact-repeat"
 # Compared blocks whose shingles one generation set gathers.
@@ -54,11 +59,22 @@ class BlockRepeatDetector:
     """Exact-repeat and low-novelty over disjoint blocks of one channel."""
 
     def __init__(self, config: BlockRepeatConfig | None = None,
-                 channel: Channel = "reasoning") -> None:
-        self._config = config or BlockRepeatConfig()
+                 channel: Channel = "reasoning", *, compiled: bool = False) -> None:
+        self._config = cfg = config or BlockRepeatConfig()
         self._channel: Channel = channel
-        self._cutter = BlockCutter(self._config.block_chars)
-        self._recent: deque[tuple[str, set[Shingle]]] = deque(maxlen=self._config.max_back)
+        self._cutter = BlockCutter(cfg.block_chars)
+        # The last max_back blocks; their shingle sets in _recent_grams (pure Python) or,
+        # with ``compiled`` and numba installed, in a compiled ring that makes the same
+        # decisions at a tenth of the cost.
+        self._recent: deque[str] = deque(maxlen=cfg.max_back)
+        self._recent_grams: deque[set[Shingle]] = deque(maxlen=cfg.max_back)
+        self._ring: BlockRing | None = None
+        kernels = accelerator.kernels() if compiled else None
+        if (kernels is not None and cfg.shingle_chars <= kernels.MAX_SHINGLE
+                and cfg.block_chars >= cfg.shingle_chars):
+            self._ring = kernels.BlockRing(cfg.block_chars, cfg.shingle_chars,
+                                           cfg.shingle_step, cfg.min_back, cfg.max_back,
+                                           cfg.novelty_overlap)
         # The shingles of the blocks that entered the compared window (min_back..max_back
         # back), _GENERATION blocks to a set, newest last: enough sets to hold every
         # compared block and perhaps a few that left. A set bounds the overlap of every
@@ -78,9 +94,17 @@ class BlockRepeatDetector:
     def consumed(self) -> int:
         return self._cutter.consumed
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled ring compares the blocks."""
+        return self._ring is not None
+
     def reset(self) -> None:
         self._cutter.reset()
         self._recent.clear()
+        self._recent_grams.clear()
+        if self._ring is not None:
+            self._ring.reset()
         self._generations = deque([set()])
         self._in_newest = 0
         self._compared_texts.clear()
@@ -96,6 +120,13 @@ class BlockRepeatDetector:
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config
+        if self._ring is not None:
+            exact = block in self._compared_texts
+            best = 1.0 if exact else self._ring.overlap(block, True)
+            if exact:
+                self._ring.overlap(block, False)
+            self._push_text(block)
+            return self._decide(block, end, exact, best)
         grams = shingles(block, cfg.shingle_chars, cfg.shingle_step)
         exact = False
         best = 0.0
@@ -113,6 +144,11 @@ class BlockRepeatDetector:
             else:
                 best = self._best_overlap(grams, known, floor)
         self._push(block, grams)
+        return self._decide(block, end, exact, best)
+
+    def _decide(self, block: str, end: int, exact: bool, best: float) -> Trip | None:
+        """Extend or end the streaks with the block's best overlap; trip when one is long."""
+        cfg = self._config
         if best < cfg.novelty_overlap:
             self._exact_run = self._novelty_run = 0
             self._code_in_run = False
@@ -142,7 +178,7 @@ class BlockRepeatDetector:
         # intersected (about 60% of those left on clean code).
         ratio = threshold / (1.0 + threshold)
         size = len(grams)
-        recent = self._recent
+        recent = self._recent_grams
         best = 0.0
         # Nearest first: a loop resembles the blocks just behind it. The first overlap that
         # reaches the threshold decides; the rest cannot change the decision. The compared
@@ -156,7 +192,7 @@ class BlockRepeatDetector:
             most = known[generation]
             if most >= floor:
                 for back in range(first, min(end, last + 1)):
-                    other = recent[-back][1]
+                    other = recent[-back]
                     other_size = len(other)
                     if (most if most < other_size else other_size) < (
                             ratio * (size + other_size) - _SLACK):
@@ -171,24 +207,32 @@ class BlockRepeatDetector:
             generation -= 1
         return best
 
-    def _push(self, block: str, grams: set[Shingle]) -> None:
-        """Append a block; keep what the blocks min_back..max_back back hold."""
+    def _push_text(self, block: str) -> None:
+        """Append a block's text; count the texts of the blocks min_back..max_back back."""
         recent = self._recent
         if len(recent) == recent.maxlen:
-            _decrement(self._compared_texts, recent[0][0])
-        recent.append((block, grams))
+            _decrement(self._compared_texts, recent[0])
+        recent.append(block)
+        if len(recent) >= self._config.min_back:
+            entering = recent[-self._config.min_back]
+            self._compared_texts[entering] = self._compared_texts.get(entering, 0) + 1
+
+    def _push(self, block: str, grams: set[Shingle]) -> None:
+        """Append a block; keep what the blocks min_back..max_back back hold."""
+        self._push_text(block)
+        recent = self._recent_grams
+        recent.append(grams)
         back = self._config.min_back
         if len(recent) < back:
             return
         entering = recent[-back]
-        self._compared_texts[entering[0]] = self._compared_texts.get(entering[0], 0) + 1
         generations = self._generations
         if self._in_newest == _GENERATION:
             generations.append(set())
             if len(generations) > self._keep_generations:
                 generations.popleft()
             self._in_newest = 0
-        generations[-1] |= entering[1]
+        generations[-1] |= entering
         self._in_newest += 1
 
 

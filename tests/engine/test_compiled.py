@@ -1,0 +1,184 @@
+"""The compiled kernels make the pure-Python rules' decisions, block by block.
+
+block-repeat with ``compiled=True`` compares blocks in numba (``loopbreak[fast]``); without
+it, in Python sets. Both are fed the same streams, real and generated, one block at a
+time, and must agree after every block on the streaks (so on every decision, not only on
+the trips a stream happens to reach) and on every trip's rule, character and evidence.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loopbreak import BlockRepeatConfig, BlockRepeatDetector, Config
+from loopbreak._engine import accelerator
+from loopbreak._engine.call_guard import build_detectors
+from loopbreak.offline.corpus import alpaca_loops, alpaca_outputs, dsh_loop_guard, stdlib_sources
+
+pytest.importorskip("numba", reason="the compiled kernels need numba (pip install loopbreak[fast])")
+
+
+def _state(detector: BlockRepeatDetector) -> tuple[int, int, bool]:
+    return detector._novelty_run, detector._exact_run, detector._code_in_run
+
+
+def _agree(text: str, config: BlockRepeatConfig) -> int:
+    """Feed ``text`` to both, a block at a time; return how many blocks agreed."""
+    pure = BlockRepeatDetector(config)
+    fast = BlockRepeatDetector(config, compiled=True)
+    assert not pure.compiled and fast.compiled
+    size = config.block_chars
+    blocks = 0
+    for start in range(0, len(text), size):
+        piece = text[start : start + size]
+        expected, got = pure.feed(piece), fast.feed(piece)
+        assert _state(fast) == _state(pure), f"block {blocks} of {text[:60]!r}"
+        if expected is None:
+            assert got is None
+        else:
+            assert got is not None
+            assert (got.rule, got.at, got.offset, got.evidence) == (
+                expected.rule, expected.at, expected.offset, expected.evidence)
+            # After a trip the rule goes on judging; the streaks must go on agreeing.
+        blocks += 1
+    return blocks
+
+
+def _texts(corpus: Path) -> Iterable[str]:
+    for stream in dsh_loop_guard(corpus):
+        yield stream.text
+    for stream in alpaca_loops(corpus):
+        yield stream.text
+    for i, stream in enumerate(alpaca_outputs(corpus)):
+        if i % 4 == 0:
+            yield stream.text
+    for i, stream in enumerate(stdlib_sources()):
+        if i % 8 == 0:
+            yield stream.text
+
+
+def test_compiled_block_repeat_decides_as_python_on_the_real_corpus(corpus: Path) -> None:
+    blocks = trips = 0
+    config = BlockRepeatConfig()
+    for text in _texts(corpus):
+        blocks += _agree(text, config)
+        pure = BlockRepeatDetector(config)
+        trips += any(pure.feed(text[i : i + 128]) for i in range(0, len(text), 128))
+    # The corpus holds real loops: both must have been seen trip, and many blocks judged.
+    assert trips >= 100 and blocks >= 10_000
+
+
+ALPHABETS = ["ab", "Go. OK.\n", "好。执行。\n", "😀😂 a", "abc def\n  x()", "\U0001f600\U0001f601",
+             "x\ud800y"]  # a lone surrogate too: the pure rule keys it, so must the kernel
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> str:
+    alphabet = draw(st.sampled_from(ALPHABETS))
+    letters = st.text(alphabet=alphabet, min_size=1, max_size=50)
+    parts = []
+    for _ in range(draw(st.integers(1, 8))):
+        part = draw(letters)
+        parts.append(part * draw(st.integers(1, 30)) if draw(st.booleans()) else part)
+    return "".join(parts)[:4000]
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> BlockRepeatConfig:
+    shingle = draw(st.integers(2, 6))
+    min_back = draw(st.integers(1, 6))
+    return BlockRepeatConfig(
+        block_chars=draw(st.integers(16, 96)), shingle_chars=shingle,
+        shingle_step=draw(st.integers(1, 4)), min_back=min_back,
+        # Config() holds min_back <= max_back (a section alone does not check it).
+        max_back=draw(st.integers(min_back, 40)),
+        novelty_overlap=draw(st.sampled_from([0.3, 0.5, 0.7, 0.75, 0.9, 1.0])),
+        novelty_streak=draw(st.integers(0, 4)), novelty_streak_code=draw(st.integers(0, 6)),
+        exact_streak=draw(st.integers(0, 3)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=streams(), config=configs())
+def test_compiled_block_repeat_decides_as_python_on_generated_streams(
+        text: str, config: BlockRepeatConfig) -> None:
+    _agree(text, config)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pair=st.lists(st.text(alphabet="ac\U0001f600\U0001f640\ud800\u4e00 ", min_size=1,
+                             max_size=40), min_size=2, max_size=2),
+       size=st.integers(2, 6), step=st.integers(1, 4))
+def test_shingle_keys_are_the_shingles(pair: list[str], size: int, step: int) -> None:
+    # Keys equal exactly when the substrings are: the kernel's key counts and shared keys
+    # are the pure rule's set sizes and intersection (characters that differ in one bit
+    # only, astral ones and a lone surrogate included).
+    import numpy as np
+
+    from loopbreak._engine import compiled
+    from loopbreak._engine.grams import shingles
+
+    def keys(block: str) -> tuple[object, object, int]:
+        points = np.frombuffer(block.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        rows = np.zeros((len(block) + 1, 3), dtype=np.uint64)
+        table = np.zeros(compiled._table_slots(len(block) + 1), dtype=np.int32)
+        return rows, table, compiled._shingle_keys(points, size, step, rows, table)
+
+    a, b = (p * 3 for p in pair)
+    if min(len(a), len(b)) < size:
+        return
+    a_rows, a_table, a_count = keys(a)
+    b_rows, _, b_count = keys(b)
+    assert a_count == len(shingles(a, size, step)) and b_count == len(shingles(b, size, step))
+    shared = sum(compiled._holds(a_rows, a_table, b_rows[i]) for i in range(b_count))
+    assert shared == len(shingles(a, size, step) & shingles(b, size, step))
+
+
+def test_a_ring_full_of_stale_counts_still_bounds_exactly() -> None:
+    # Thousands of blocks through a small window: the counting filter is decremented as
+    # blocks leave; a count left behind would let a block skip a repeat it holds.
+    config = BlockRepeatConfig(block_chars=32, max_back=4, min_back=1, novelty_streak=2)
+    words = [f"w{i:05d} " for i in range(4000)]
+    text = "".join(words) + "".join(words[:400]) * 3
+    assert _agree(text, config) > 1000
+
+
+def test_the_guard_runs_the_kernel_unless_told_not_to() -> None:
+    def block_repeat(config: Config) -> BlockRepeatDetector:
+        found = [d for d in build_detectors("reasoning", config)
+                 if isinstance(d, BlockRepeatDetector)]
+        return found[0]
+
+    assert block_repeat(Config()).compiled
+    assert not block_repeat(Config().replace(**{"judging.compiled": "off"})).compiled
+    # Shingles longer than a key holds stay in Python.
+    assert not block_repeat(Config().replace(**{"block_repeat.shingle_chars": 7})).compiled
+
+
+def test_without_numba_the_rules_run_in_python() -> None:
+    # numba made unimportable in a fresh process: the kernels are absent, the rule runs in
+    # Python and still trips.
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "from loopbreak._engine import accelerator\n"
+        "from loopbreak import BlockRepeatDetector\n"
+        "from loopbreak._samples import counter_loop\n"
+        "assert accelerator.kernels() is None\n"
+        "d = BlockRepeatDetector(compiled=True)\n"
+        "assert not d.compiled\n"
+        "text = counter_loop().text\n"
+        "print(any(d.feed(text[i:i + 32]) for i in range(0, len(text), 32)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "True"
+
+
+def test_the_kernels_load_once() -> None:
+    assert accelerator.kernels() is accelerator.kernels() is not None
