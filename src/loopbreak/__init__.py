@@ -25,6 +25,7 @@ from loopbreak._config import (
     ToolFailureConfig,
     load_config,
 )
+from loopbreak._engine.accelerator import load_kernels
 from loopbreak._engine.call_guard import CallGuard, CallSummary, ChannelGuard, build_detectors
 from loopbreak._engine.detectors import (
     BlockRepeatDetector,
@@ -112,6 +113,7 @@ __all__ = [
     "canonical_arguments",
     "detect_language",
     "load_config",
+    "load_kernels",
     "looks_like_failure",
     "normalise_error",
     "render",

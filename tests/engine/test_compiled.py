@@ -25,6 +25,12 @@ from loopbreak.offline.corpus import alpaca_loops, alpaca_outputs, dsh_loop_guar
 pytest.importorskip("numba", reason="the compiled kernels need numba (pip install loopbreak[fast])")
 
 
+@pytest.fixture(autouse=True)
+def _kernels_loaded() -> None:
+    # A rule uses the kernels once they are loaded (a long job loads them when it starts).
+    assert accelerator.kernels() is not None
+
+
 def _state(detector: BlockRepeatDetector) -> tuple[int, int, bool]:
     return detector._novelty_run, detector._exact_run, detector._code_in_run
 
@@ -181,4 +187,44 @@ def test_without_numba_the_rules_run_in_python() -> None:
 
 
 def test_the_kernels_load_once() -> None:
-    assert accelerator.kernels() is accelerator.kernels() is not None
+    import loopbreak
+
+    assert loopbreak.load_kernels() is True
+    assert accelerator.kernels() is accelerator.kernels() is accelerator.loaded() is not None
+
+
+def _fresh_process(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=300)
+    return out.stdout.strip()
+
+
+def test_a_short_job_never_loads_numba() -> None:
+    # loopbreak demo judges in 0.35 s; loading the kernels would cost more than that.
+    code = (
+        "import sys\n"
+        "from loopbreak import scan\n"
+        "from loopbreak._samples import counter_loop\n"
+        "assert scan(counter_loop().text) is not None\n"
+        "print('numba' in sys.modules)\n"
+    )
+    assert _fresh_process(code) == "False"
+
+
+def test_a_long_job_loads_the_kernels_for_the_rules_made_after() -> None:
+    code = (
+        "from loopbreak import BlockRepeatDetector\n"
+        "from loopbreak._engine import accelerator\n"
+        "first = BlockRepeatDetector(compiled=True)\n"
+        "assert not first.compiled and accelerator.loaded() is None\n"
+        "words = ' '.join(f'w{i}' for i in range(200_000))\n"
+        "text = words[: accelerator.LOAD_AFTER_CHARS - 1000]\n"
+        "for i in range(0, len(text), 64):\n"
+        "    first.feed(text[i : i + 64])\n"
+        "assert accelerator.loaded() is None\n"
+        "first.feed(words[len(text) : len(text) + 2000])\n"
+        "assert accelerator.loaded() is not None and not first.compiled\n"
+        "print(BlockRepeatDetector(compiled=True).compiled,"
+        " BlockRepeatDetector().compiled)\n"
+    )
+    assert _fresh_process(code) == "True False"

@@ -64,17 +64,21 @@ class BlockRepeatDetector:
         self._channel: Channel = channel
         self._cutter = BlockCutter(cfg.block_chars)
         # The last max_back blocks; their shingle sets in _recent_grams (pure Python) or,
-        # with ``compiled`` and numba installed, in a compiled ring that makes the same
-        # decisions at a tenth of the cost.
+        # with ``compiled`` and the kernels loaded, in a compiled ring that makes the same
+        # decisions at a third of the cost.
         self._recent: deque[str] = deque(maxlen=cfg.max_back)
         self._recent_grams: deque[set[Shingle]] = deque(maxlen=cfg.max_back)
         self._ring: BlockRing | None = None
-        kernels = accelerator.kernels() if compiled else None
+        # A rule made before the kernels load stays in Python, counting what it judges
+        # towards loading them (accelerator.LOAD_AFTER_CHARS).
+        self._counts_work = compiled
+        kernels = accelerator.loaded() if compiled else None
         if (kernels is not None and cfg.shingle_chars <= kernels.MAX_SHINGLE
                 and cfg.block_chars >= cfg.shingle_chars):
             self._ring = kernels.BlockRing(cfg.block_chars, cfg.shingle_chars,
                                            cfg.shingle_step, cfg.min_back, cfg.max_back,
                                            cfg.novelty_overlap)
+            self._counts_work = False
         # The shingles of the blocks that entered the compared window (min_back..max_back
         # back), _GENERATION blocks to a set, newest last: enough sets to hold every
         # compared block and perhaps a few that left. A set bounds the overlap of every
@@ -127,6 +131,8 @@ class BlockRepeatDetector:
                 self._ring.overlap(block, False)
             self._push_text(block)
             return self._decide(block, end, exact, best)
+        if self._counts_work:
+            accelerator.judged_in_python(len(block))
         grams = shingles(block, cfg.shingle_chars, cfg.shingle_step)
         exact = False
         best = 0.0
