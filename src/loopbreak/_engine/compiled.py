@@ -3,9 +3,9 @@ their pure-Python code where ``numba`` is installed (``pip install loopbreak[fas
 
 The pure-Python code stays the reference: every kernel makes the same decisions at the
 same character (``tests/engine/test_compiled.py`` feeds both the corpus and generated
-streams). Importing this module compiles the kernels once per machine (numba keeps them
-on disk, next to this file or in its user cache); :func:`loopbreak._engine.accelerator.
-kernels` imports it lazily, so nothing pays for numba until a rule asks for it.
+streams). numba compiles a kernel on its first call (:func:`warm` makes them all) and
+keeps it on disk, next to this file or in its user cache, so a machine compiles once;
+:mod:`loopbreak._engine.accelerator` imports this module only when loading it pays.
 """
 
 from __future__ import annotations
