@@ -296,10 +296,10 @@ class ProxyApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                if self.source.config.judging.compiled != "off":
-                    # numba compiles (first run on a machine: seconds) or loads the kernels
-                    # now, off the event loop, not inside the first stream.
-                    await asyncio.get_running_loop().run_in_executor(None, accelerator.kernels)
+                # numba compiles (first run on a machine: seconds) or loads the kernels now,
+                # off the event loop, not inside the first stream (unless they are off).
+                await asyncio.get_running_loop().run_in_executor(
+                    None, accelerator.wanted, self.source.config.judging.compiled)
                 if self.source.path is not None:
                     self._watcher = asyncio.ensure_future(self.source.watch())
                 await send({"type": "lifespan.startup.complete"})
