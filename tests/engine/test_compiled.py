@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from loopbreak import BlockRepeatConfig, BlockRepeatDetector, Config
 from loopbreak._engine import accelerator
 from loopbreak._engine.call_guard import build_detectors
+from loopbreak._engine.detectors import block_repeat
 from loopbreak.offline.corpus import alpaca_loops, alpaca_outputs, dsh_loop_guard, stdlib_sources
 
 pytest.importorskip("numba", reason="the compiled kernels need numba (pip install loopbreak[fast])")
@@ -35,14 +37,23 @@ def _state(detector: BlockRepeatDetector) -> tuple[int, int, bool]:
     return detector._novelty_run, detector._exact_run, detector._code_in_run
 
 
-def _agree(text: str, config: BlockRepeatConfig) -> int:
-    """Feed ``text`` to both, a block at a time; return how many blocks agreed."""
+def _agree(text: str, config: BlockRepeatConfig, python_blocks: int | None = None,
+           reset_at: int | None = None) -> int:
+    """Feed ``text`` to both, a block at a time (both reset before block ``reset_at``);
+    return how many blocks agreed. The compiled rule hands its blocks to the ring after
+    ``python_blocks`` (the module's default unless given)."""
     pure = BlockRepeatDetector(config)
-    fast = BlockRepeatDetector(config, compiled=True)
+    with mock.patch.object(block_repeat, "_PYTHON_BLOCKS",
+                           block_repeat._PYTHON_BLOCKS if python_blocks is None
+                           else python_blocks):
+        fast = BlockRepeatDetector(config, compiled=True)
     assert not pure.compiled and fast.compiled
     size = config.block_chars
     blocks = 0
     for start in range(0, len(text), size):
+        if blocks == reset_at:
+            pure.reset()
+            fast.reset()
         piece = text[start : start + size]
         expected, got = pure.feed(piece), fast.feed(piece)
         assert _state(fast) == _state(pure), f"block {blocks} of {text[:60]!r}"
@@ -111,10 +122,44 @@ def configs(draw: st.DrawFn) -> BlockRepeatConfig:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=streams(), config=configs())
+@given(text=streams(), config=configs(), python_blocks=st.sampled_from([0, 1, 3, 8, 50]),
+       reset_at=st.none() | st.integers(1, 40))
 def test_compiled_block_repeat_decides_as_python_on_generated_streams(
-        text: str, config: BlockRepeatConfig) -> None:
-    _agree(text, config)
+        text: str, config: BlockRepeatConfig, python_blocks: int, reset_at: int | None
+) -> None:
+    # The ring takes over at any block, before or after a reset, with the state the
+    # blocks judged in Python left.
+    _agree(text, config, python_blocks, reset_at)
+
+
+def _ring_view(detector: BlockRepeatDetector) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """What a ring's later decisions read: the window's filter and, nearest block first,
+    each remembered block's keys (the slots they sit in depend on how many came)."""
+    ring = detector._ring
+    assert ring is not None and ring.allocated
+    count, max_back = int(ring._state[0]), ring._keys.shape[0] - 1
+    blocks = []
+    for back in range(1, min(count, max_back) + 1):
+        slot = (count - back) % max_back
+        size = int(ring._sizes[slot])
+        blocks.append((size, ring._keys[slot, :size].tobytes()))
+    return ring._window.tobytes(), blocks
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=streams(), config=configs(), python_blocks=st.integers(1, 50))
+def test_the_ring_taking_over_holds_what_it_would_have_held_from_the_start(
+        text: str, config: BlockRepeatConfig, python_blocks: int) -> None:
+    with mock.patch.object(block_repeat, "_PYTHON_BLOCKS", 0):
+        always = BlockRepeatDetector(config, compiled=True)
+    with mock.patch.object(block_repeat, "_PYTHON_BLOCKS", python_blocks):
+        late = BlockRepeatDetector(config, compiled=True)
+    size = config.block_chars
+    for blocks, start in enumerate(range(0, len(text) - size + 1, size), start=1):
+        always.feed(text[start : start + size])
+        late.feed(text[start : start + size])
+        if blocks >= python_blocks:
+            assert _ring_view(late) == _ring_view(always), f"after block {blocks}"
 
 
 @settings(max_examples=300, deadline=None)
@@ -165,6 +210,22 @@ def test_the_guard_runs_the_kernel_unless_told_not_to() -> None:
     assert not block_repeat(Config().replace(**{"judging.compiled": "off"})).compiled
     # Shingles longer than a key holds stay in Python.
     assert not block_repeat(Config().replace(**{"block_repeat.shingle_chars": 7})).compiled
+
+
+def test_the_ring_waits_for_a_long_stream() -> None:
+    # A proxy holds a guard for every open stream; most hold little reasoning, and the
+    # ring's arrays (~100 kB) wait until the stream has had _PYTHON_BLOCKS blocks.
+    detector = BlockRepeatDetector(BlockRepeatConfig(), compiled=True)
+    ring = detector._ring
+    assert ring is not None and not ring.allocated
+    size = BlockRepeatConfig().block_chars
+    words = " ".join(f"w{i}" for i in range(10_000))
+    detector.feed(words[: size * (block_repeat._PYTHON_BLOCKS - 1)])
+    assert not ring.allocated
+    detector.feed(words[size * (block_repeat._PYTHON_BLOCKS - 1) : size * 20])
+    assert ring.allocated
+    # The blocks judged in Python left the ring nothing to keep in sets.
+    assert not detector._recent_grams
 
 
 def test_without_numba_the_rules_run_in_python() -> None:

@@ -21,11 +21,14 @@ import numpy as np
 MAX_SHINGLE = 6
 _BITS = 21
 _HIGH, _LOW, _HASH = range(3)
-_WINDOW_BITS = 14  # the compared window's counting filter: 16,384 counters, 64 kB
+# The compared window's counting filter: a power of two counters, four per key the window
+# can hold (8,192 at the defaults, 32 kB), at most 16,384.
+_WINDOW_MAX_BITS = 14
+_WINDOW_KEYS_PER_COUNTER = 4
 _SLACK = 1e-9  # as block_repeat's: a bound may let a hopeless block through, never skip one
 # The ring's integers: blocks remembered, the shingle size and step, the nearest block
-# compared.
-_COUNT, _SIZE, _STEP, _MIN_BACK = range(4)
+# compared, how far a key's hash shifts to index the window's filter.
+_COUNT, _SIZE, _STEP, _MIN_BACK, _SHIFT = range(5)
 
 
 def _table_slots(keys: int) -> int:
@@ -34,6 +37,14 @@ def _table_slots(keys: int) -> int:
     while slots < 2 * keys:
         slots *= 2
     return slots
+
+
+def _window_bits(keys: int) -> int:
+    """Bits of the window filter's index for a window of at most ``keys`` keys."""
+    bits = 8
+    while bits < _WINDOW_MAX_BITS and (1 << bits) < _WINDOW_KEYS_PER_COUNTER * keys:
+        bits += 1
+    return bits
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -97,9 +108,8 @@ def _shingle_keys(points: Any, size: int, step: int, keys: Any, table: Any) -> i
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def _count_window(window: Any, keys: Any, size: int, change: int) -> None:
+def _count_window(window: Any, keys: Any, size: int, change: int, shift: Any) -> None:
     """Add ``change`` to the window's counter of each of ``keys``' first ``size`` keys."""
-    shift = np.uint64(64 - _WINDOW_BITS)
     for i in range(size):
         window[np.int64(keys[i, _HASH] >> shift)] += change
 
@@ -113,6 +123,7 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
     best overlap (``compare`` false: 0.0). The block is then remembered in the ring."""
     max_back = keys.shape[0] - 1
     min_back = state[_MIN_BACK]
+    shift = np.uint64(state[_SHIFT])
     count = state[_COUNT]
     slot_new = count % max_back
     # The slot the new block takes is the oldest block's, compared last when the ring is
@@ -125,7 +136,6 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
         # Every compared block's keys are counted in the window's filter: a block shares
         # at most as many keys with one of them as have a counter above zero, and
         # Jaccard(A, B) <= |A & B| / |A|.
-        shift = np.uint64(64 - _WINDOW_BITS)
         known = 0
         for i in range(size_new):
             if window[np.int64(fresh[i, _HASH] >> shift)] > 0:
@@ -150,7 +160,7 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
                     if best >= threshold:
                         break
     if min_back <= max_back and count >= max_back:  # the oldest block leaves the window
-        _count_window(window, keys[slot_new], sizes[slot_new], -1)
+        _count_window(window, keys[slot_new], sizes[slot_new], -1, shift)
     for i in range(size_new):
         for word in range(3):
             keys[slot_new, i, word] = fresh[i, word]
@@ -161,7 +171,7 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
     state[_COUNT] = count
     if min_back <= max_back and count >= min_back:  # a block enters it
         entering = (count - min_back) % max_back
-        _count_window(window, keys[entering], sizes[entering], 1)
+        _count_window(window, keys[entering], sizes[entering], 1, shift)
     return best
 
 
@@ -170,29 +180,50 @@ class BlockRing:
     blocks, each with a hash table of its own, and a counting filter of every compared
     key (a block that shares too few keys with all of them is compared with none)."""
 
-    __slots__ = ("_keys", "_sizes", "_state", "_tables", "_threshold", "_window")
+    __slots__ = ("_keys", "_shape", "_sizes", "_state", "_tables", "_threshold", "_window")
 
     def __init__(self, block_chars: int, size: int, step: int, min_back: int,
                  max_back: int, threshold: float) -> None:
+        self._shape = (block_chars, size, step, min_back, max_back)
+        self._threshold = threshold
+        # The arrays (~100 kB at the defaults, 32 kB of it the filter) are made when the
+        # first block arrives: a ring can be made for a stream that never needs one.
+        self._keys: Any = None
+        self._tables: Any = None
+        self._sizes: Any = None
+        self._window: Any = None
+        self._state: Any = None
+
+    def _allocate(self) -> None:
+        block_chars, size, step, min_back, max_back = self._shape
         rows = (block_chars - size) // step + 1
         # One row more than the ring: the scratch row a new block's keys go to first.
         self._keys = np.zeros((max_back + 1, rows, 3), dtype=np.uint64)
         self._tables = np.zeros((max_back + 1, _table_slots(rows)), dtype=np.int32)
         self._sizes = np.zeros(max_back, dtype=np.int64)
-        self._window = np.zeros(1 << _WINDOW_BITS, dtype=np.int32)
-        self._state = np.zeros(4, dtype=np.int64)
+        bits = _window_bits(max(0, max_back - min_back + 1) * rows)
+        self._window = np.zeros(1 << bits, dtype=np.int32)
+        self._state = np.zeros(5, dtype=np.int64)
         self._state[_SIZE], self._state[_STEP], self._state[_MIN_BACK] = size, step, min_back
-        self._threshold = threshold
+        self._state[_SHIFT] = 64 - bits
+
+    @property
+    def allocated(self) -> bool:
+        """Whether a block arrived and the arrays were made."""
+        return self._state is not None
 
     def overlap(self, block: str, compare: bool) -> float:
         """See :func:`block_overlap`; ``block`` is remembered either way."""
+        if self._state is None:
+            self._allocate()
         points = np.frombuffer(block.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         return float(block_overlap(points, self._keys, self._tables, self._sizes,
                                    self._window, self._state, self._threshold, compare))
 
     def reset(self) -> None:
-        self._window[:] = 0
-        self._state[_COUNT] = 0
+        if self._state is not None:
+            self._window[:] = 0
+            self._state[_COUNT] = 0
 
 
 def warm() -> None:

@@ -298,8 +298,12 @@ class ProxyApp:
             if message["type"] == "lifespan.startup":
                 # numba compiles (first run on a machine: seconds) or loads the kernels now,
                 # off the event loop, not inside the first stream (unless they are off).
-                await asyncio.get_running_loop().run_in_executor(
+                kernels = await asyncio.get_running_loop().run_in_executor(
                     None, accelerator.wanted, self.source.config.judging.compiled)
+                if kernels is not None:
+                    from loopbreak.proxy.server import freeze_late_startup
+
+                    freeze_late_startup()
                 if self.source.path is not None:
                     self._watcher = asyncio.ensure_future(self.source.watch())
                 await send({"type": "lifespan.startup.complete"})

@@ -52,6 +52,9 @@ _GENERATION = 16
 # Floating-point room for the size test: it may let a hopeless block through, never skip one
 # that reaches the threshold.
 _SLACK = 1e-9
+# Blocks judged in Python before the compiled ring takes over: its arrays (~100 kB at the
+# defaults) would triple the memory of a proxied stream whose reasoning is short.
+_PYTHON_BLOCKS = 8
 LOW_NOVELTY = "low-novelty"
 
 
@@ -65,10 +68,13 @@ class BlockRepeatDetector:
         self._cutter = BlockCutter(cfg.block_chars)
         # The last max_back blocks; their shingle sets in _recent_grams (pure Python) or,
         # with ``compiled`` and the kernels loaded, in a compiled ring that makes the same
-        # decisions at a third of the cost.
+        # decisions at a third of the cost. The ring takes over after _PYTHON_BLOCKS blocks,
+        # filled from the texts of the blocks before (the state it would have had from the
+        # start).
         self._recent: deque[str] = deque(maxlen=cfg.max_back)
         self._recent_grams: deque[set[Shingle]] = deque(maxlen=cfg.max_back)
         self._ring: BlockRing | None = None
+        self._ring_in = _PYTHON_BLOCKS
         # A rule made before the kernels load stays in Python, counting what it judges
         # towards loading them (accelerator.LOAD_AFTER_CHARS).
         self._counts_work = compiled
@@ -100,7 +106,8 @@ class BlockRepeatDetector:
 
     @property
     def compiled(self) -> bool:
-        """Whether the compiled ring compares the blocks."""
+        """Whether the compiled ring compares the blocks (after the first
+        ``_PYTHON_BLOCKS``)."""
         return self._ring is not None
 
     def reset(self) -> None:
@@ -124,7 +131,7 @@ class BlockRepeatDetector:
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config
-        if self._ring is not None:
+        if self._ring is not None and self._ring_in <= 0:
             exact = block in self._compared_texts
             best = 1.0 if exact else self._ring.overlap(block, True)
             if exact:
@@ -133,6 +140,11 @@ class BlockRepeatDetector:
             return self._decide(block, end, exact, best)
         if self._counts_work:
             accelerator.judged_in_python(len(block))
+        elif self._ring is not None:
+            self._ring_in -= 1
+            if not self._ring_in:
+                self._start_ring(self._ring)
+                return self._judge(block, end)
         grams = shingles(block, cfg.shingle_chars, cfg.shingle_step)
         exact = False
         best = 0.0
@@ -151,6 +163,14 @@ class BlockRepeatDetector:
                 best = self._best_overlap(grams, known, floor)
         self._push(block, grams)
         return self._decide(block, end, exact, best)
+
+    def _start_ring(self, ring: BlockRing) -> None:
+        """Hand the blocks remembered in Python to the ring and forget their sets."""
+        for text in self._recent:
+            ring.overlap(text, False)
+        self._recent_grams.clear()
+        self._generations = deque([set()])
+        self._in_newest = 0
 
     def _decide(self, block: str, end: int, exact: bool, best: float) -> Trip | None:
         """Extend or end the streaks with the block's best overlap; trip when one is long."""
