@@ -414,8 +414,9 @@ class JudgingConfig(_Section):
                                 "tokens of delay at most; 128 and 256 gain 10-20% more. 1 = "
                                 "every delta.",
                         low=1, high=1 << 20)
-    compiled: str = _key("auto", "auto: the rules with a compiled kernel (block-repeat) run it "
-                                 "where numba is installed (pip install loopbreak[fast]): "
+    compiled: str = _key("auto", "auto: the parts with a compiled kernel (block-repeat, the "
+                                 "stall rule's 4-gram sets) run it where numba is installed "
+                                 "(pip install loopbreak[fast]): "
                                  "loaded when the proxy or an in-engine processor starts, else "
                                  "once a process has judged 1,000,000 characters (loading "
                                  "costs ~0.5 s); same decisions, tested against the "

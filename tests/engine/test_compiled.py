@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterable
+from itertools import pairwise
 from pathlib import Path
 from unittest import mock
 
@@ -22,9 +23,12 @@ from loopbreak import BlockRepeatConfig, BlockRepeatDetector, Config
 from loopbreak._engine import accelerator
 from loopbreak._engine.call_guard import build_detectors
 from loopbreak._engine.detectors import block_repeat
+from loopbreak._engine.grams import GramSet
 from loopbreak.offline.corpus import alpaca_loops, alpaca_outputs, dsh_loop_guard, stdlib_sources
 
 pytest.importorskip("numba", reason="the compiled kernels need numba (pip install loopbreak[fast])")
+np = pytest.importorskip("numpy")
+compiled = pytest.importorskip("loopbreak._engine.compiled")
 
 
 @pytest.fixture(autouse=True)
@@ -170,9 +174,6 @@ def test_shingle_keys_are_the_shingles(pair: list[str], size: int, step: int) ->
     # Keys equal exactly when the substrings are: the kernel's key counts and shared keys
     # are the pure rule's set sizes and intersection (characters that differ in one bit
     # only, astral ones and a lone surrogate included).
-    import numpy as np
-
-    from loopbreak._engine import compiled
     from loopbreak._engine.grams import shingles
 
     def keys(block: str) -> tuple[object, object, int]:
@@ -289,3 +290,104 @@ def test_a_long_job_loads_the_kernels_for_the_rules_made_after() -> None:
         " BlockRepeatDetector().compiled)\n"
     )
     assert _fresh_process(code) == "True False"
+
+
+# -- gram sets ---------------------------------------------------------------------------------
+
+
+def _same_grams(pure: GramSet, fast: GramSet) -> None:
+    assert fast.compiled and not pure.compiled
+    assert (fast.level, len(fast), fast.consumed) == (pure.level, len(pure), pure.consumed)
+    assert fast.sample(fast.level) == pure.sample(pure.level)
+
+
+def _gram_pair(deltas: Iterable[str], cap: int) -> tuple[GramSet, GramSet]:
+    pure, fast = GramSet(cap=cap), GramSet(cap=cap, compiled=True)
+    for delta in deltas:
+        pure.feed(delta)
+        fast.feed(delta)
+    return pure, fast
+
+
+def _same_containments(a: tuple[GramSet, GramSet], b: tuple[GramSet, GramSet]) -> None:
+    expected = a[0].containment(b[0])
+    # Compiled with compiled, and each with a pure set (one made before the kernels loaded).
+    assert a[1].containment(b[1]) == expected
+    assert a[1].containment(b[0]) == expected == a[0].containment(b[1])
+    assert b[1].containment(a[1]) == b[0].containment(a[0])
+
+
+def test_compiled_gram_sets_hold_the_pure_grams_on_the_real_corpus(corpus: Path) -> None:
+    # Exact sets and sampled ones (a small cap halves the sample several times): the same
+    # grams, level and size, and the same containment between consecutive streams, as the
+    # stall rule compares consecutive calls.
+    previous: dict[int, tuple[GramSet, GramSet]] = {}
+    levels: set[int] = set()
+    compared = 0
+    for i, text in enumerate(_texts(corpus)):
+        if i % 3:
+            continue
+        for cap in (1 << 16, 512):
+            pair = _gram_pair((text[k : k + 64] for k in range(0, len(text), 64)), cap)
+            _same_grams(*pair)
+            levels.add(pair[0].level)
+            if cap in previous:
+                _same_containments(pair, previous[cap])
+                compared += 1
+            previous[cap] = pair
+    assert compared >= 100 and max(levels) >= 3
+
+
+GRAM_ALPHABETS = ["ab ", "héllo wörld", "好。执行。\n", "😀😂 a", "x\ud800y\udfff", "\x00\x01a",
+                  "aĀ\uffff\U0010ffff"]  # one, two and four bytes a character; NUL; a surrogate
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(st.sampled_from(GRAM_ALPHABETS).flatmap(
+           lambda alphabet: st.text(alphabet=alphabet, max_size=3000)), min_size=2, max_size=2),
+       cap=st.integers(1, 600), cuts=st.lists(st.integers(1, 2000), max_size=12))
+def test_compiled_gram_sets_hold_the_pure_grams_on_generated_streams(
+        texts: list[str], cap: int, cuts: list[int]) -> None:
+    pairs = []
+    for text in texts:
+        bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
+        pair = _gram_pair((text[a:b] for a, b in pairwise(bounds)), cap)
+        _same_grams(*pair)
+        pairs.append(pair)
+    _same_containments(pairs[0], pairs[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(min_size=1, max_size=6))
+def test_the_kernel_hashes_strings_as_python_does(text: str) -> None:
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    assert compiled.STR_HASH_SECRET is not None
+    assert int(compiled._str_hash(points, 0, len(text), compiled.STR_HASH_SECRET)) == (
+        hash(text) & ((1 << 64) - 1))
+
+
+def test_without_a_reproducible_str_hash_gram_sets_stay_in_python() -> None:
+    with mock.patch.object(compiled, "STR_HASH_SECRET", None):
+        assert not GramSet(compiled=True).compiled
+    assert GramSet(compiled=True).compiled
+    assert not GramSet(size=7, compiled=True).compiled
+
+
+def test_the_guard_and_the_replay_keep_compiled_grams_unless_told_not_to() -> None:
+    from loopbreak import CallGuard
+    from loopbreak._recovery.history import clear_caches, replay
+
+    off = Config().replace(**{"judging.compiled": "off"})
+    for config, expected in ((Config(), True), (off, False)):
+        guard = CallGuard(config, track_grams=True)
+        guard.feed_reasoning("Let me check the file again. " * 10)
+        grams = guard.summary().grams
+        assert grams is not None and grams.compiled is expected
+        clear_caches()
+        body = {"messages": [{"role": "user", "content": "go"}] + [
+            {"role": "assistant", "content": "ok", "reasoning_content": f"step {i} " * 600}
+            for i in range(3)]}
+        view = replay(body, "openai", config)
+        # The last replayed call's grams, which the stall rule compares the next call with.
+        kept = view.session._stall._previous
+        assert kept is not None and kept.compiled is expected

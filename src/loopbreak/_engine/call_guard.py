@@ -258,7 +258,8 @@ class CallGuard:
 
     def __init__(self, config: Config | None = None, *, track_grams: bool = False) -> None:
         self._config = config or Config()
-        self._grams = GramSet() if track_grams else None
+        self._grams = (GramSet(compiled=self._config.judging.compiled != "off")
+                       if track_grams else None)
         # Each channel's rules are built when the channel first streams: most calls stream
         # one, and building a channel's rules costs ~25 µs.
         self._channels: dict[Channel, ChannelGuard] = {}

@@ -226,8 +226,314 @@ class BlockRing:
             self._state[_COUNT] = 0
 
 
+# --- gram sets: a call's distinct 4-grams, sampled past a cap by Python's own str hash ----
+
+# A gram set past its cap keeps the grams whose str hash has ``level`` low zero bits
+# (grams.GramSet). Python's str hash is SipHash (SipHash-1-3 from 3.11, 2-4 before) over
+# the string's own storage, one, two or four bytes a character by its widest, keyed by the
+# interpreter's secret: reproduced here, so a compiled set keeps the grams the pure one does.
+_SIP_ROUNDS = {"siphash13": (1, 3), "siphash24": (2, 4)}
+_KEY_COLUMNS = 4  # a gram's key: _HIGH, _LOW, _HASH (the table's) and its str hash
+_STR_HASH = 3
+_GRAMS_FIRST_ROWS = 256
+_G_COUNT, _G_LEVEL, _G_CAP, _G_SIZE = range(4)
+
+
+def _str_hash_secret() -> Any:
+    """This interpreter's str hash key and rounds, as the kernels take them; ``None`` where
+    the hash is not SipHash (or not SipHash as CPython computes it here)."""
+    import ctypes
+    import sys
+
+    rounds = _SIP_ROUNDS.get(sys.hash_info.algorithm)
+    if (rounds is None or sys.hash_info.cutoff or sys.byteorder != "little"
+            or sys.implementation.name != "cpython"):
+        return None
+    try:
+        key = (ctypes.c_uint64 * 2).in_dll(ctypes.pythonapi, "_Py_HashSecret")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return np.array([key[0], key[1], rounds[0], rounds[1]], dtype=np.uint64)
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _rotl(x: Any, bits: int) -> Any:
+    return (x << np.uint64(bits)) | (x >> np.uint64(64 - bits))
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _sip_rounds(v0: Any, v1: Any, v2: Any, v3: Any, rounds: Any) -> Any:
+    for _ in range(rounds):
+        v0 += v1
+        v2 += v3
+        v1 = _rotl(v1, 13) ^ v0
+        v3 = _rotl(v3, 16) ^ v2
+        v0 = _rotl(v0, 32)
+        v2 += v1
+        v0 += v3
+        v1 = _rotl(v1, 17) ^ v2
+        v3 = _rotl(v3, 21) ^ v0
+        v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _str_hash(points: Any, start: int, size: int, secret: Any) -> Any:
+    """``hash(s)`` of the string of ``points[start:start + size]``, as a 64-bit word."""
+    widest = np.uint32(0)
+    for k in range(size):
+        if points[start + k] > widest:
+            widest = points[start + k]
+    width = 1 if widest < 256 else (2 if widest < 65536 else 4)
+    length = size * width
+    v0 = secret[0] ^ np.uint64(0x736F6D6570736575)
+    v1 = secret[1] ^ np.uint64(0x646F72616E646F6D)
+    v2 = secret[0] ^ np.uint64(0x6C7967656E657261)
+    v3 = secret[1] ^ np.uint64(0x7465646279746573)
+    word = np.uint64(0)
+    filled = 0
+    for i in range(length):
+        byte = (np.uint64(points[start + i // width]) >> np.uint64(8 * (i % width))) \
+            & np.uint64(0xFF)
+        word |= byte << np.uint64(8 * filled)
+        filled += 1
+        if filled == 8:
+            v3 ^= word
+            v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, secret[2])
+            v0 ^= word
+            word = np.uint64(0)
+            filled = 0
+    last = (np.uint64(length) << np.uint64(56)) | word
+    v3 ^= last
+    v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, secret[2])
+    v0 ^= last
+    v2 ^= np.uint64(0xFF)
+    v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, secret[3])
+    hashed = v0 ^ v1 ^ v2 ^ v3
+    if hashed == np.uint64(0xFFFFFFFFFFFFFFFF):  # -1 is CPython's error value: -2 instead
+        hashed = np.uint64(0xFFFFFFFFFFFFFFFE)
+    return hashed
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _gram_row(keys: Any, table: Any, high: Any, low: Any, mixed: Any) -> Any:
+    """The table slot of a key: where it is, or the empty slot where it would go."""
+    mask = table.shape[0] - 1
+    at = np.int64(mixed & np.uint64(mask))
+    while True:
+        row = table[at]
+        if row == 0:
+            return at
+        row -= 1
+        if keys[row, _HASH] == mixed and keys[row, _HIGH] == high and keys[row, _LOW] == low:
+            return at
+        at = (at + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _gram_rebuild(keys: Any, count: int, table: Any) -> None:
+    for at in range(table.shape[0]):
+        table[at] = 0
+    for row in range(count):
+        at = _gram_row(keys, table, keys[row, _HIGH], keys[row, _LOW], keys[row, _HASH])
+        table[at] = row + 1
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
+              secret: Any) -> None:
+    """Add the ``size``-grams of ``points`` starting every ``stride`` characters that the
+    sample keeps; past the cap, halve the sample (one more low zero bit of the str hash)
+    until it fits. ``keys`` has a row for each gram the set can reach before it halves,
+    the table at most half full."""
+    count = state[_G_COUNT]
+    level = state[_G_LEVEL]
+    cap = state[_G_CAP]
+    size = state[_G_SIZE]
+    for start in range(0, points.shape[0] - size + 1, stride):
+        high = np.uint64(0)
+        low = np.uint64(0)
+        for k in range(size):
+            if k < 3:
+                high = (high << np.uint64(_BITS)) | np.uint64(points[start + k])
+            else:
+                low = (low << np.uint64(_BITS)) | np.uint64(points[start + k])
+        mixed = _mix(high, low)
+        at = _gram_row(keys, table, high, low, mixed)
+        if table[at] != 0:
+            continue
+        hashed = _str_hash(points, start, size, secret)
+        if hashed & ((np.uint64(1) << np.uint64(level)) - np.uint64(1)):
+            continue
+        keys[count, _HIGH] = high
+        keys[count, _LOW] = low
+        keys[count, _HASH] = mixed
+        keys[count, _STR_HASH] = hashed
+        count += 1
+        table[at] = count
+        if count > cap:
+            while count > cap:
+                level += 1
+                sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+                kept = 0
+                for row in range(count):
+                    if not keys[row, _STR_HASH] & sample:
+                        for column in range(_KEY_COLUMNS):
+                            keys[kept, column] = keys[row, column]
+                        kept += 1
+                count = kept
+            _gram_rebuild(keys, count, table)
+    state[_G_COUNT] = count
+    state[_G_LEVEL] = level
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def gram_common(keys: Any, count: int, other_keys: Any, other_count: int, other_table: Any,
+                level: int) -> Any:
+    """The sizes of both sets' samples at ``level`` and how many grams they share."""
+    sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    mine = 0
+    common = 0
+    for row in range(count):
+        if keys[row, _STR_HASH] & sample:
+            continue
+        mine += 1
+        at = _gram_row(other_keys, other_table, keys[row, _HIGH], keys[row, _LOW],
+                       keys[row, _HASH])
+        if other_table[at] != 0:
+            common += 1
+    theirs = 0
+    for row in range(other_count):
+        if not other_keys[row, _STR_HASH] & sample:
+            theirs += 1
+    return mine, theirs, common
+
+
+class GramTable:
+    """A compiled :class:`~loopbreak._engine.grams.GramSet`'s grams: exact keys (code
+    points, as block-repeat's shingles), each with its str hash, in a hash table that grows
+    with them; past ``cap`` keys, sampled by that hash as the pure set samples."""
+
+    __slots__ = ("_keys", "_state", "_table")
+
+    def __init__(self, size: int, cap: int) -> None:
+        # Arrays are made by the first take: a call may hold no reasoning.
+        self._keys: Any = None
+        self._table: Any = None
+        self._state = np.zeros(4, dtype=np.int64)
+        self._state[_G_CAP] = cap
+        self._state[_G_SIZE] = size
+
+    @staticmethod
+    def supports(size: int) -> bool:
+        """Whether a set of ``size``-grams can run compiled here (its keys hold the gram and
+        this interpreter's str hash is reproduced)."""
+        return 1 <= size <= MAX_SHINGLE and STR_HASH_SECRET is not None
+
+    @property
+    def level(self) -> int:
+        return int(self._state[_G_LEVEL])
+
+    def __len__(self) -> int:
+        return int(self._state[_G_COUNT])
+
+    def take(self, text: str) -> None:
+        """Add the grams of ``text`` (which starts with the last set's carry)."""
+        grams = len(text) - int(self._state[_G_SIZE]) + 1
+        if grams <= 0:
+            return
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        self._room(grams)
+        gram_take(points, 1, self._keys, self._table, self._state, STR_HASH_SECRET)
+
+    def _room(self, grams: int) -> None:
+        """Rows for ``grams`` more keys (the set never holds more than its cap and one)."""
+        count, cap = int(self._state[_G_COUNT]), int(self._state[_G_CAP])
+        need = min(count + max(grams, 0), cap + 1)
+        rows = 0 if self._keys is None else self._keys.shape[0]
+        if need <= rows:
+            return
+        rows = min(max(need, 2 * rows, _GRAMS_FIRST_ROWS), cap + 1)
+        keys = np.zeros((rows, _KEY_COLUMNS), dtype=np.uint64)
+        if count:
+            keys[:count] = self._keys[:count]
+        self._keys = keys
+        self._table = np.zeros(_table_slots(rows), dtype=np.int32)
+        _gram_rebuild(keys, count, self._table)
+
+    @classmethod
+    def of(cls, grams: set[str], size: int, level: int) -> GramTable:
+        """A table of ``grams`` (a pure set's sample at ``level``), to compare with."""
+        table = cls(size, max(len(grams), 1))
+        table._state[_G_LEVEL] = level
+        if grams:
+            points = np.frombuffer("".join(grams).encode("utf-32-le", "surrogatepass"),
+                                   dtype=np.uint32)
+            table._room(len(grams))
+            gram_take(points, size, table._keys, table._table, table._state, STR_HASH_SECRET)
+        return table
+
+    def common(self, other: GramTable, level: int) -> tuple[int, int, int]:
+        """Both samples' sizes at ``level`` (at least both levels) and the grams they share."""
+        if self._keys is None or other._keys is None:
+            mine = 0 if self._keys is None else self._sample_size(level)
+            theirs = 0 if other._keys is None else other._sample_size(level)
+            return mine, theirs, 0
+        mine, theirs, common = gram_common(self._keys, int(self._state[_G_COUNT]),
+                                           other._keys, int(other._state[_G_COUNT]),
+                                           other._table, level)
+        return int(mine), int(theirs), int(common)
+
+    def _sample_size(self, level: int) -> int:
+        count = int(self._state[_G_COUNT])
+        mask = np.uint64((1 << level) - 1)
+        return int(np.count_nonzero((self._keys[:count, _STR_HASH] & mask) == 0))
+
+    def sample(self, level: int) -> set[str]:
+        """The grams kept at ``level``, as strings."""
+        if self._keys is None:
+            return set()
+        size = int(self._state[_G_SIZE])
+        rows = self._keys[: int(self._state[_G_COUNT])]
+        rows = rows[(rows[:, _STR_HASH] & np.uint64((1 << level) - 1)) == 0]
+        points = np.zeros((len(rows), size), dtype=np.uint32)
+        high, low = rows[:, _HIGH], rows[:, _LOW]
+        mask = np.uint64((1 << _BITS) - 1)
+        in_high = min(size, 3)
+        for k in range(in_high):
+            points[:, k] = (high >> np.uint64(_BITS * (in_high - 1 - k))) & mask
+        for k in range(size - in_high):
+            points[:, in_high + k] = (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask
+        text = points.tobytes().decode("utf-32-le", "surrogatepass")
+        return {text[i : i + size] for i in range(0, len(text), size)}
+
+
+def _checked_secret() -> Any:
+    """The str hash secret, if the kernel hashes strings as this interpreter does (checked
+    on strings of every storage width, a lone surrogate and a hash that could be -1)."""
+    secret = _str_hash_secret()
+    if secret is None:
+        return None
+    samples = ["abcd", "h\xe9ll", "\u597d\u3002\u6267\u884c", "\U0001f600bc", "x\ud800y ",
+               "a\u0100bc", "\x00\x00\x00\x00", "abcdef", "ab"]
+    for text in samples:
+        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        if int(_str_hash(points, 0, len(text), secret)) != hash(text) & ((1 << 64) - 1):
+            return None
+    return secret
+
+
+STR_HASH_SECRET = _checked_secret()
+"""This interpreter's str hash key and rounds, or ``None``: gram sets then stay in Python."""
+
+
 def warm() -> None:
     """Run every kernel once (numba compiles on the first call of each argument type)."""
     ring = BlockRing(8, 4, 2, 1, 2, 0.7)
     for block in ("abcdabcd", "abcdabce", "\U0001f600bcdabcd"):
         ring.overlap(block, True)
+    if STR_HASH_SECRET is not None:
+        grams = GramTable(4, 2)
+        grams.take("abcdefgh\U0001f600")
+        grams.common(GramTable.of({"abcd"}, 4, grams.level), grams.level)
+        grams.sample(0)

@@ -344,7 +344,7 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
             session.count_call()
             grams = None
             if i in keep:
-                grams = _reasoning_grams(m.reasoning)
+                grams = _reasoning_grams(m.reasoning, config.judging.compiled != "off")
             # Every marker starts with the tag: one search rules most answers out.
             cut = _NOTICE_TAG in m.text and any(marker in m.text for marker in CUT_MARKERS)
             if cut:
@@ -371,8 +371,8 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
                        session.language)
 
 
-def _grams_of(reasoning: str) -> GramSet:
-    grams = GramSet()
+def _grams_of(reasoning: str, compiled: bool) -> GramSet:
+    grams = GramSet(compiled=compiled)
     grams.feed(reasoning)
     # Read once here: a kept set is shared by later requests (and threads), and a read takes
     # in what waits; read now, no later read changes it.
@@ -383,12 +383,12 @@ def _grams_of(reasoning: str) -> GramSet:
 _cached_grams = lru_cache(maxsize=_GRAMS_CACHE_SIZE)(_grams_of)
 
 
-def _reasoning_grams(reasoning: str) -> GramSet:
+def _reasoning_grams(reasoning: str, compiled: bool) -> GramSet:
     """The 4-grams of a replayed call's reasoning; the same set for the same text while it is
     kept (the stall rule only reads it)."""
     if len(reasoning) <= _CACHED_REASONING_CHARS:
-        return _cached_grams(reasoning)
-    return _grams_of(reasoning)
+        return _cached_grams(reasoning, compiled)
+    return _grams_of(reasoning, compiled)
 
 
 def clear_caches() -> None:
