@@ -419,7 +419,7 @@ class JudgingConfig(_Section):
                                  "(pip install loopbreak[fast]): "
                                  "loaded when the proxy or an in-engine processor starts, else "
                                  "once a process has judged 1,000,000 characters (loading "
-                                 "costs ~0.5 s); same decisions, tested against the "
+                                 "costs ~0.6 s); same decisions, tested against the "
                                  "pure-Python rules. off: pure Python always.",
                          choices=("auto", "off"))
 

@@ -2,7 +2,7 @@
 
 ``judging.compiled = "auto"`` (the default) runs them where numba imports; ``"off"`` runs
 the pure-Python rules, which make the same decisions. Importing numba and loading the
-kernels costs ~0.5 s (the first time on a machine, 5-10 s of compiling), more than a short
+kernels costs ~0.6 s (the first time on a machine, 5-10 s of compiling), more than a short
 job spends judging (``loopbreak demo`` runs in 0.35 s): so the faces that run long (the
 proxy, the in-engine processors, the bench) load them when they start, and any other
 process once its rules have judged ``LOAD_AFTER_CHARS`` characters without them. A rule
@@ -17,7 +17,7 @@ from types import ModuleType
 
 LOAD_AFTER_CHARS = 1_000_000
 """Characters judged in Python before a process loads the kernels: about 0.2 s of
-block-repeat alone, where loading costs ~0.5 s once (a job this long runs on)."""
+block-repeat alone, where loading costs ~0.6 s once (a job this long runs on)."""
 
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []  # empty: not tried yet

@@ -514,8 +514,8 @@ def loopbreak_subject(channel: Channel, config: Config | None = None) -> Subject
         feed, flush = guard.feed, guard.flush
         return lambda delta: (feed(channel, delta) if delta else flush()) is not None
 
-    note = ("compiled kernels (numba): block-repeat" if compiled and channel == "reasoning"
-            else "pure Python" if not compiled else "")
+    note = ("compiled kernels (numba): block-repeat, 4-gram sets"
+            if compiled and channel == "reasoning" else "pure Python" if not compiled else "")
     return Subject(f"loopbreak ({channel})", __version__, make, note)
 
 
