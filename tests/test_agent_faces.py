@@ -275,23 +275,25 @@ def test_a_replayed_calls_reasoning_grams_are_kept_between_requests() -> None:
         ]}
 
     history.clear_caches()
+    # The replay keys its kept sets by whether they may run compiled (judging.compiled).
+    compiled = Config().judging.compiled != "off"
     short = "let me read the module and check the failing test first. " * 20
-    first = history._reasoning_grams(short)
+    first = history._reasoning_grams(short, compiled)
     assert len(first) > 40
     hits = history._cached_grams.cache_info().hits
     replay_history(body(short), "openai", Config())
     replay_history(body(short), "openai", Config())
     assert history._cached_grams.cache_info().hits == hits + 2
-    assert history._reasoning_grams(short) is first
+    assert history._reasoning_grams(short, compiled) is first
     long = "".join(f"step {i}: read file m{i}.py and compare. " for i in range(400))
     assert len(long) > history._CACHED_REASONING_CHARS
-    assert history._reasoning_grams(long) is not history._reasoning_grams(long)
+    assert history._reasoning_grams(long, compiled) is not history._reasoning_grams(long, compiled)
     history.clear_caches()
-    again = history._reasoning_grams(short)
+    again = history._reasoning_grams(short, compiled)
     assert again is not first and again.sample(0) == first.sample(0)
     # A kept set is read by many requests: nothing waits in it to be taken in by one of them.
     text = "check the test. " * 10
-    tiny = history._reasoning_grams(text)
+    tiny = history._reasoning_grams(text, compiled)
     assert (tiny._pending, tiny._fresh) == ([], set())
     assert tiny.sample(0) == {text[i : i + 4] for i in range(len(text) - 3)}
 

@@ -4,6 +4,9 @@ block-repeat with ``compiled=True`` compares blocks in numba (``loopbreak[fast]`
 it, in Python sets. Both are fed the same streams, real and generated, one block at a
 time, and must agree after every block on the streaks (so on every decision, not only on
 the trips a stream happens to reach) and on every trip's rule, character and evidence.
+The stall rule's 4-gram sets with ``compiled=True`` keep their grams in a numba table: fed
+the same streams, both hold the same grams at the same sampling level, and every
+containment between them is the pure one.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ def _ring_view(detector: BlockRepeatDetector) -> tuple[bytes, list[tuple[int, by
     each remembered block's keys (the slots they sit in depend on how many came)."""
     ring = detector._ring
     assert ring is not None and ring.allocated
-    count, max_back = int(ring._state[0]), ring._keys.shape[0] - 1
+    count, max_back = int(ring._state[compiled._COUNT]), ring._keys.shape[0] - 1
     blocks = []
     for back in range(1, min(count, max_back) + 1):
         slot = (count - back) % max_back

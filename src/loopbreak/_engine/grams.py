@@ -106,7 +106,7 @@ class GramSet:
 
     With ``compiled`` and the kernels loaded, the grams are kept in a compiled table
     (:class:`~loopbreak._engine.compiled.GramTable`) that holds the same grams, sampled by
-    the same str hash, at about a tenth of the cost.
+    the same str hash, at about a quarter of the cost.
     """
 
     __slots__ = ("_cap", "_carry", "_consumed", "_fresh", "_gathered", "_grams", "_level",
