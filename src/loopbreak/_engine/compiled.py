@@ -58,19 +58,38 @@ def _mix(high: Any, low: Any) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def _holds(keys: Any, table: Any, key: Any) -> bool:
-    """Whether a block's table (its keys' rows, plus one; 0 is empty) holds ``key``."""
+def _key_words(points: Any, start: int, size: int) -> Any:
+    """The two words of the key of the ``size`` characters from ``start``."""
+    high = np.uint64(0)
+    low = np.uint64(0)
+    for k in range(size):
+        if k < 3:
+            high = (high << np.uint64(_BITS)) | np.uint64(points[start + k])
+        else:
+            low = (low << np.uint64(_BITS)) | np.uint64(points[start + k])
+    return high, low
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _slot(keys: Any, table: Any, high: Any, low: Any, mixed: Any) -> Any:
+    """Where a key sits in a table of ``keys``' rows (plus one; 0 is empty), or the empty
+    slot where it would go."""
     mask = table.shape[0] - 1
-    at = np.int64(key[_HASH] & np.uint64(mask))
+    at = np.int64(mixed & np.uint64(mask))
     while True:
         row = table[at]
         if row == 0:
-            return False
+            return at
         row -= 1
-        if (keys[row, _HASH] == key[_HASH] and keys[row, _HIGH] == key[_HIGH]
-                and keys[row, _LOW] == key[_LOW]):
-            return True
+        if keys[row, _HASH] == mixed and keys[row, _HIGH] == high and keys[row, _LOW] == low:
+            return at
         at = (at + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _holds(keys: Any, table: Any, key: Any) -> bool:
+    """Whether a block's table holds ``key``."""
+    return bool(table[_slot(keys, table, key[_HIGH], key[_LOW], key[_HASH])] != 0)
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -79,31 +98,17 @@ def _shingle_keys(points: Any, size: int, step: int, keys: Any, table: Any) -> i
     rows ``table``; return how many there are."""
     for at in range(table.shape[0]):  # explicit loops: numba's slice assignment is slower
         table[at] = 0
-    mask = table.shape[0] - 1
     n = 0
     for start in range(0, points.shape[0] - size + 1, step):
-        high = np.uint64(0)
-        low = np.uint64(0)
-        for k in range(size):
-            if k < 3:
-                high = (high << np.uint64(_BITS)) | np.uint64(points[start + k])
-            else:
-                low = (low << np.uint64(_BITS)) | np.uint64(points[start + k])
+        high, low = _key_words(points, start, size)
         mixed = _mix(high, low)
-        at = np.int64(mixed & np.uint64(mask))
-        while True:
-            row = table[at]
-            if row == 0:
-                keys[n, _HIGH] = high
-                keys[n, _LOW] = low
-                keys[n, _HASH] = mixed
-                n += 1
-                table[at] = n
-                break
-            row -= 1
-            if keys[row, _HASH] == mixed and keys[row, _HIGH] == high and keys[row, _LOW] == low:
-                break
-            at = (at + 1) & mask
+        at = _slot(keys, table, high, low, mixed)
+        if table[at] == 0:
+            keys[n, _HIGH] = high
+            keys[n, _LOW] = low
+            keys[n, _HASH] = mixed
+            n += 1
+            table[at] = n
     return n
 
 
@@ -316,26 +321,11 @@ def _str_hash(points: Any, start: int, size: int, secret: Any) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def _gram_row(keys: Any, table: Any, high: Any, low: Any, mixed: Any) -> Any:
-    """The table slot of a key: where it is, or the empty slot where it would go."""
-    mask = table.shape[0] - 1
-    at = np.int64(mixed & np.uint64(mask))
-    while True:
-        row = table[at]
-        if row == 0:
-            return at
-        row -= 1
-        if keys[row, _HASH] == mixed and keys[row, _HIGH] == high and keys[row, _LOW] == low:
-            return at
-        at = (at + 1) & mask
-
-
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
 def _gram_rebuild(keys: Any, count: int, table: Any) -> None:
     for at in range(table.shape[0]):
         table[at] = 0
     for row in range(count):
-        at = _gram_row(keys, table, keys[row, _HIGH], keys[row, _LOW], keys[row, _HASH])
+        at = _slot(keys, table, keys[row, _HIGH], keys[row, _LOW], keys[row, _HASH])
         table[at] = row + 1
 
 
@@ -351,15 +341,9 @@ def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
     cap = state[_G_CAP]
     size = state[_G_SIZE]
     for start in range(0, points.shape[0] - size + 1, stride):
-        high = np.uint64(0)
-        low = np.uint64(0)
-        for k in range(size):
-            if k < 3:
-                high = (high << np.uint64(_BITS)) | np.uint64(points[start + k])
-            else:
-                low = (low << np.uint64(_BITS)) | np.uint64(points[start + k])
+        high, low = _key_words(points, start, size)
         mixed = _mix(high, low)
-        at = _gram_row(keys, table, high, low, mixed)
+        at = _slot(keys, table, high, low, mixed)
         if table[at] != 0:
             continue
         hashed = _str_hash(points, start, size, secret)
@@ -398,7 +382,7 @@ def gram_common(keys: Any, count: int, other_keys: Any, other_count: int, other_
         if keys[row, _STR_HASH] & sample:
             continue
         mine += 1
-        at = _gram_row(other_keys, other_table, keys[row, _HIGH], keys[row, _LOW],
+        at = _slot(other_keys, other_table, keys[row, _HIGH], keys[row, _LOW],
                        keys[row, _HASH])
         if other_table[at] != 0:
             common += 1
