@@ -1,11 +1,13 @@
-"""The compiled accelerator: numba kernels for the rules that cost most, run in place of
-their pure-Python code where ``numba`` is installed (``pip install loopbreak[fast]``).
+"""The compiled accelerator: numba kernels for the parts that cost most (block-repeat's
+comparisons, the stall rule's 4-gram sets), run in place of their pure-Python code where
+``numba`` is installed (``pip install loopbreak[fast]``).
 
 The pure-Python code stays the reference: every kernel makes the same decisions at the
 same character (``tests/engine/test_compiled.py`` feeds both the corpus and generated
-streams). numba compiles a kernel on its first call (:func:`warm` makes them all) and
-keeps it on disk, next to this file or in its user cache, so a machine compiles once;
-:mod:`loopbreak._engine.accelerator` imports this module only when loading it pays.
+streams). numba compiles a kernel on its first call (:func:`warm` makes them all; the str
+hash check at import compiles that one) and keeps it on disk, next to this file or in its
+user cache, so a machine compiles once; :mod:`loopbreak._engine.accelerator` imports this
+module only when loading it pays.
 """
 
 from __future__ import annotations
