@@ -41,6 +41,11 @@ def _table_slots(keys: int) -> int:
     return slots
 
 
+def _code_points(text: str) -> Any:
+    """``text``'s code points as the kernels read them (a lone surrogate as itself)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
 def _window_bits(keys: int) -> int:
     """Bits of the window filter's index for a window of at most ``keys`` keys."""
     bits = 8
@@ -187,22 +192,10 @@ class BlockRing:
     blocks, each with a hash table of its own, and a counting filter of every compared
     key (a block that shares too few keys with all of them is compared with none)."""
 
-    __slots__ = ("_keys", "_shape", "_sizes", "_state", "_tables", "_threshold", "_window")
+    __slots__ = ("_keys", "_sizes", "_state", "_tables", "_threshold", "_window")
 
     def __init__(self, block_chars: int, size: int, step: int, min_back: int,
                  max_back: int, threshold: float) -> None:
-        self._shape = (block_chars, size, step, min_back, max_back)
-        self._threshold = threshold
-        # The arrays (~100 kB at the defaults, 32 kB of it the filter) are made when the
-        # first block arrives: a ring can be made for a stream that never needs one.
-        self._keys: Any = None
-        self._tables: Any = None
-        self._sizes: Any = None
-        self._window: Any = None
-        self._state: Any = None
-
-    def _allocate(self) -> None:
-        block_chars, size, step, min_back, max_back = self._shape
         rows = (block_chars - size) // step + 1
         # One row more than the ring: the scratch row a new block's keys go to first.
         self._keys = np.zeros((max_back + 1, rows, 3), dtype=np.uint64)
@@ -213,24 +206,16 @@ class BlockRing:
         self._state = np.zeros(5, dtype=np.int64)
         self._state[_SIZE], self._state[_STEP], self._state[_MIN_BACK] = size, step, min_back
         self._state[_SHIFT] = 64 - bits
-
-    @property
-    def allocated(self) -> bool:
-        """Whether a block arrived and the arrays were made."""
-        return self._state is not None
+        self._threshold = threshold
 
     def overlap(self, block: str, compare: bool) -> float:
         """See :func:`block_overlap`; ``block`` is remembered either way."""
-        if self._state is None:
-            self._allocate()
-        points = np.frombuffer(block.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        return float(block_overlap(points, self._keys, self._tables, self._sizes,
+        return float(block_overlap(_code_points(block), self._keys, self._tables, self._sizes,
                                    self._window, self._state, self._threshold, compare))
 
     def reset(self) -> None:
-        if self._state is not None:
-            self._window[:] = 0
-            self._state[_COUNT] = 0
+        self._window[:] = 0
+        self._state[_COUNT] = 0
 
 
 # --- gram sets: a call's distinct 4-grams, sampled past a cap by Python's own str hash ----
@@ -384,8 +369,7 @@ def gram_common(keys: Any, count: int, other_keys: Any, other_count: int, other_
         if keys[row, _STR_HASH] & sample:
             continue
         mine += 1
-        at = _slot(other_keys, other_table, keys[row, _HIGH], keys[row, _LOW],
-                       keys[row, _HASH])
+        at = _slot(other_keys, other_table, keys[row, _HIGH], keys[row, _LOW], keys[row, _HASH])
         if other_table[at] != 0:
             common += 1
     theirs = 0
@@ -428,14 +412,13 @@ class GramTable:
         grams = len(text) - int(self._state[_G_SIZE]) + 1
         if grams <= 0:
             return
-        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         self._room(grams)
-        gram_take(points, 1, self._keys, self._table, self._state, STR_HASH_SECRET)
+        gram_take(_code_points(text), 1, self._keys, self._table, self._state, STR_HASH_SECRET)
 
     def _room(self, grams: int) -> None:
         """Rows for ``grams`` more keys (the set never holds more than its cap and one)."""
         count, cap = int(self._state[_G_COUNT]), int(self._state[_G_CAP])
-        need = min(count + max(grams, 0), cap + 1)
+        need = min(count + grams, cap + 1)
         rows = 0 if self._keys is None else self._keys.shape[0]
         if need <= rows:
             return
@@ -453,10 +436,9 @@ class GramTable:
         table = cls(size, max(len(grams), 1))
         table._state[_G_LEVEL] = level
         if grams:
-            points = np.frombuffer("".join(grams).encode("utf-32-le", "surrogatepass"),
-                                   dtype=np.uint32)
             table._room(len(grams))
-            gram_take(points, size, table._keys, table._table, table._state, STR_HASH_SECRET)
+            gram_take(_code_points("".join(grams)), size, table._keys, table._table,
+                      table._state, STR_HASH_SECRET)
         return table
 
     def common(self, other: GramTable, level: int) -> tuple[int, int, int]:
@@ -503,8 +485,7 @@ def _checked_secret() -> Any:
     samples = ["abcd", "h\xe9ll", "\u597d\u3002\u6267\u884c", "\U0001f600bc", "x\ud800y ",
                "a\u0100bc", "\x00\x00\x00\x00", "abcdef", "ab"]
     for text in samples:
-        points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        if int(_str_hash(points, 0, len(text), secret)) != hash(text) & ((1 << 64) - 1):
+        if int(_str_hash(_code_points(text), 0, len(text), secret)) != hash(text) & ((1 << 64) - 1):
             return None
     return secret
 

@@ -68,7 +68,7 @@ class BlockRepeatDetector:
         self._cutter = BlockCutter(cfg.block_chars)
         # The last max_back blocks; their shingle sets in _recent_grams (pure Python) or,
         # with ``compiled`` and the kernels loaded, in a compiled ring that makes the same
-        # decisions at a third of the cost. The ring takes over after _PYTHON_BLOCKS blocks,
+        # decisions at a third of the cost. The ring is made after _PYTHON_BLOCKS blocks,
         # filled from the texts of the blocks before (the state it would have had from the
         # start).
         self._recent: deque[str] = deque(maxlen=cfg.max_back)
@@ -77,14 +77,11 @@ class BlockRepeatDetector:
         self._ring_in = _PYTHON_BLOCKS
         # A rule made before the kernels load stays in Python, counting what it judges
         # towards loading them (accelerator.LOAD_AFTER_CHARS).
-        self._counts_work = compiled
         kernels = accelerator.loaded() if compiled else None
-        if (kernels is not None and cfg.shingle_chars <= kernels.MAX_SHINGLE
-                and cfg.block_chars >= cfg.shingle_chars):
-            self._ring = kernels.BlockRing(cfg.block_chars, cfg.shingle_chars,
-                                           cfg.shingle_step, cfg.min_back, cfg.max_back,
-                                           cfg.novelty_overlap)
-            self._counts_work = False
+        self._kernels = (kernels if kernels is not None
+                         and cfg.shingle_chars <= kernels.MAX_SHINGLE
+                         and cfg.block_chars >= cfg.shingle_chars else None)
+        self._counts_work = compiled and self._kernels is None
         # The shingles of the blocks that entered the compared window (min_back..max_back
         # back), _GENERATION blocks to a set, newest last: enough sets to hold every
         # compared block and perhaps a few that left. A set bounds the overlap of every
@@ -108,7 +105,7 @@ class BlockRepeatDetector:
     def compiled(self) -> bool:
         """Whether the compiled ring compares the blocks (after the first
         ``_PYTHON_BLOCKS``)."""
-        return self._ring is not None
+        return self._kernels is not None
 
     def reset(self) -> None:
         self._cutter.reset()
@@ -131,7 +128,7 @@ class BlockRepeatDetector:
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config
-        if self._ring is not None and self._ring_in <= 0:
+        if self._ring is not None:
             exact = block in self._compared_texts
             best = 1.0 if exact else self._ring.overlap(block, True)
             if exact:
@@ -140,10 +137,10 @@ class BlockRepeatDetector:
             return self._decide(block, end, exact, best)
         if self._counts_work:
             accelerator.judged_in_python(len(block))
-        elif self._ring is not None:
+        elif self._kernels is not None:
             self._ring_in -= 1
-            if not self._ring_in:
-                self._start_ring(self._ring)
+            if self._ring_in <= 0:
+                self._start_ring()
                 return self._judge(block, end)
         grams = shingles(block, cfg.shingle_chars, cfg.shingle_step)
         exact = False
@@ -164,8 +161,13 @@ class BlockRepeatDetector:
         self._push(block, grams)
         return self._decide(block, end, exact, best)
 
-    def _start_ring(self, ring: BlockRing) -> None:
-        """Hand the blocks remembered in Python to the ring and forget their sets."""
+    def _start_ring(self) -> None:
+        """Make the ring, hand it the blocks remembered in Python and forget their sets."""
+        cfg = self._config
+        assert self._kernels is not None
+        self._ring = ring = self._kernels.BlockRing(
+            cfg.block_chars, cfg.shingle_chars, cfg.shingle_step, cfg.min_back, cfg.max_back,
+            cfg.novelty_overlap)
         for text in self._recent:
             ring.overlap(text, False)
         self._recent_grams.clear()
