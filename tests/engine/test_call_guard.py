@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopbreak import CallGuard, ChannelGuard, Config, build_detectors
+from loopbreak._engine.call_guard import ANSWER_SAMPLE_CHARS
 from loopbreak._engine.grams import GramSet
 from loopbreak._samples import answer_loop, star_flood, verbatim_loop
 
@@ -117,6 +118,30 @@ def test_summary_grams_hold_every_reasoning_character_after_a_trip_too() -> None
     expected = GramSet()
     expected.feed("".join(reasoning))
     assert summary.grams is not None and summary.grams.sample(0) == expected.sample(0)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64, 300])
+def test_summary_text_is_the_answer_s_first_characters_however_it_was_batched(batch: int) -> None:
+    # The answer sample is taken a batch at a time: what waits, what comes after the call's
+    # trip and what passes the sample's size all land where a delta-at-a-time copy would put
+    # them, and no reasoning character does.
+    config = Config().replace(**{"judging.batch_chars": batch})
+    answer = ["Sure.\n", "好。" * 100, *(f"line {i}: the answer goes on.\n" for i in range(900))]
+    guard = CallGuard(config)
+    fed = ""
+    for i, delta in enumerate(answer):
+        for k in range(0, len(delta), 5):
+            guard.feed_text(delta[k : k + 5])
+        fed += delta
+        if i % 97 == 0:
+            guard.feed_reasoning(f"<thought {i}>")
+    assert len(fed) > ANSWER_SAMPLE_CHARS
+    summary = guard.summary()
+    assert summary.trip is not None  # the sample goes on past the trip
+    assert summary.text == fed[:ANSWER_SAMPLE_CHARS]
+    short = CallGuard(config)
+    short.feed_text("Only this.")
+    assert short.summary().text == "Only this."
 
 
 # -- judging in batches ------------------------------------------------------------------------

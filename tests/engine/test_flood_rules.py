@@ -135,6 +135,42 @@ def test_a_nearly_filled_block_is_judged_in_full(filler: str, count: int, rest: 
 
 
 
+@settings(max_examples=400, deadline=None)
+@given(filler=st.sampled_from("0)/;'\x00"), count=st.integers(16, 64),
+       others=st.permutations("123456789,;:!?%$&@^`~"), kinds=st.integers(0, 21),
+       pad=st.text(st.sampled_from(" \n-=.|ab"), min_size=64, max_size=64),
+       share=st.sampled_from([0.5, 0.6, 0.75, 0.85, 0.95]), seed=st.integers(0, 1000))
+def test_a_filler_beside_many_kinds_of_other_characters_is_judged_in_full(
+        filler: str, count: int, others: list[str], kinds: int, pad: str, share: float,
+        seed: int) -> None:
+    # The bound on how many kinds of characters a filled block can hold: blocks whose other
+    # characters are each of a different kind, at and around every share.
+    chars = (list(filler * count) + others[:kinds] + list(pad))[:64]
+    random.Random(seed).shuffle(chars)
+    block = "".join(chars)
+    detector = CharFloodDetector(CharFloodConfig(min_share=share))
+    if detector._top_filler(block):
+        assert detector.may_be_filled(block)
+    if not detector.may_be_filled(block):
+        assert detector._top_filler(block) == ""
+
+
+@pytest.mark.parametrize(("share", "size"), [(0.5, 40), (0.75, 64), (0.75, 40), (0.85, 40),
+                                             (0.85, 60), (0.95, 60)])
+def test_a_block_filled_at_exactly_its_share_beside_other_kinds_is_found(share: float,
+                                                                         size: int) -> None:
+    # The bound's edge: the filler at exactly its share of the ink, every other character
+    # of a kind of its own (the most kinds a filled block can hold), the rest spaces.
+    count = round(share * size)
+    block = "0" * count + "123456789,;:!?%$&@^`"[: size - count] + " " * (64 - size)
+    detector = CharFloodDetector(CharFloodConfig(min_share=share))
+    assert detector._top_filler(block) == "0"
+    assert detector.may_be_filled(block)
+    one_more_kind = block.replace("0", "~", 1)  # one kind too many: no filler, ruled out
+    assert detector._top_filler(one_more_kind) == ""
+    assert not detector.may_be_filled(one_more_kind)
+
+
 # --- control-tokens -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("token", ["<|im_start|>\n", "<|im_end|>\n<|im_start|>", "<unk|LLM-jp> ",

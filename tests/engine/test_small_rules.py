@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loopbreak import CharCapDetector, IdenticalChunksConfig, IdenticalChunksDetector
 from loopbreak._samples import data_text
@@ -31,6 +33,33 @@ def test_identical_chunks_skips_empty_deltas_and_resets_on_change() -> None:
 def test_identical_chunks_is_off_at_zero() -> None:
     detector = IdenticalChunksDetector(IdenticalChunksConfig(max_repeats=0))
     assert feed_pieces(detector, ["x"] * 1000)[0] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(st.sampled_from(["a", "a ", " a", "b", "", "\n", "  ", "好。", "ab"]),
+                       max_size=200),
+       cuts=st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20),
+       limit=st.integers(min_value=2, max_value=6))
+def test_identical_chunks_decides_the_same_however_deltas_are_batched(
+        deltas: list[str], cuts: list[int], limit: int) -> None:
+    # A guard hands over its deltas a batch at a time; batches with no two equal deltas in a
+    # row take a shortcut, and must leave the run where one delta at a time leaves it.
+    config = IdenticalChunksConfig(max_repeats=limit)
+    one, batched = IdenticalChunksDetector(config), IdenticalChunksDetector(config)
+    expected = None
+    for delta in deltas:
+        trip = one.feed(delta)
+        expected = expected or trip
+    got = None
+    start, i = 0, 0
+    while start < len(deltas):
+        size = cuts[i % len(cuts)]
+        trip = batched.feed_pieces(deltas[start : start + size])
+        got = got or trip
+        start += size
+        i += 1
+    assert (got.at, got.evidence) == (expected.at, expected.evidence) if expected else got is None
+    assert batched.consumed == one.consumed == sum(map(len, deltas))
 
 
 def test_char_cap_trips_on_the_first_character_beyond_it() -> None:

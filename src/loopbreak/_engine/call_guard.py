@@ -85,15 +85,20 @@ class ChannelGuard:
     """
 
     __slots__ = ("_batch", "_detectors", "_grams", "_judged", "_left", "_pending",
-                 "_per_delta", "channel", "trip")
+                 "_per_delta", "_sample", "_sample_left", "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None,
-                 grams: GramSet | None = None) -> None:
+                 grams: GramSet | None = None, sample: list[str] | None = None,
+                 sample_chars: int = 0) -> None:
         cfg = config or Config()
         self.channel: Channel = channel
         # Every character fed is added to ``grams`` a batch at a time (trip or not): a
         # gram set fed each token-sized delta costs more than every rule together.
         self._grams = grams
+        # The channel's first ``sample_chars`` characters go to ``sample`` a batch at a
+        # time too (the answer the monologue rule reads), not a delta at a time.
+        self._sample = sample
+        self._sample_left = sample_chars if sample is not None else 0
         detectors = build_detectors(channel, cfg)
         # (tie-break index, detector): the rule whose decision depends on the split sees
         # the batch's deltas one by one; the others see them joined.
@@ -151,6 +156,9 @@ class ChannelGuard:
         text = pending[0] if len(pending) == 1 else "".join(pending)
         if self._grams is not None:
             self._grams.feed(text)
+        if self._sample_left > 0 and self._sample is not None:
+            self._sample.append(text[: self._sample_left])
+            self._sample_left -= len(text)
         if self.trip is not None:
             # After the trip nothing is judged: what came is only counted.
             pending.clear()
@@ -264,7 +272,6 @@ class CallGuard:
         # one, and building a channel's rules costs ~25 µs.
         self._channels: dict[Channel, ChannelGuard] = {}
         self._answer: list[str] = []
-        self._answer_chars = 0
         self._tools: dict[Hashable, ToolCallRecord] = {}
         self._trip: Trip | None = None
         self._held: Trip | None = None
@@ -300,8 +307,12 @@ class CallGuard:
     def _open(self, channel: Channel) -> ChannelGuard:
         """The rules of ``channel``, built on its first delta."""
         _check_channel(channel)
-        guard = self._channels[channel] = ChannelGuard(
-            channel, self._config, self._grams if channel == "reasoning" else None)
+        if channel == "reasoning":
+            guard = ChannelGuard(channel, self._config, self._grams)
+        else:
+            guard = ChannelGuard(channel, self._config, sample=self._answer,
+                                 sample_chars=ANSWER_SAMPLE_CHARS)
+        self._channels[channel] = guard
         return guard
 
     def feed(self, channel: Channel, delta: str) -> Trip | None:
@@ -309,19 +320,22 @@ class CallGuard:
         guard = self._channels.get(channel)
         if guard is None:
             guard = self._open(channel)
-        if delta:
-            if channel == "text" and self._answer_chars < ANSWER_SAMPLE_CHARS:
-                self._answer.append(delta)
-                self._answer_chars += len(delta)
-            if channel != self._channel_now:
-                # The other channel's last batch is judged before this one's first: the
-                # stream's order is the order of decisions.
-                earlier = self._flush_others(channel)
-                self._channel_now = channel
-                trip = guard.feed(delta)
-                return self._act(earlier or trip)
+        if channel != self._channel_now and delta:
+            # The other channel's last batch is judged before this one's first: the
+            # stream's order is the order of decisions.
+            earlier = self._flush_others(channel)
+            self._channel_now = channel
+            return self._act(earlier or guard.feed(delta))
+        # ChannelGuard.feed's common case inlined (a call costs as much as the append):
+        # most deltas complete no batch, and so have no trip to record.
+        size = len(delta)
+        left = guard._left - size
+        if left > 0:
+            if size:
+                guard._pending.append(delta)
+                guard._left = left
+            return None
         trip = guard.feed(delta)
-        # Most deltas complete no batch: no trip to record.
         return None if trip is None else self._act(trip)
 
     def _flush_others(self, channel: Channel | None) -> Trip | None:

@@ -93,10 +93,19 @@ class CharFloodDetector:
     def may_be_filled(self, block: str) -> bool:
         """``False`` when ``_top_filler(block)`` is sure to find nothing: an ASCII block with
         fewer characters that could fill it than the least share a filler needs (its test
-        on a bound of the filler's count, read in C). Most prose and code end here, without
-        a set of their characters built."""
-        return not block.isascii() or 2 * len(
-            block.encode().translate(None, _ASCII_NOT_FILLERS)) >= self._share * len(block)
+        on a bound of the filler's count, read in C), or with more kinds of them than a
+        filler leaves room for. Most prose and code end at the first test, numbers at the
+        second, without a set of the block's characters built."""
+        if not block.isascii():
+            return True
+        fillers = block.encode().translate(None, _ASCII_NOT_FILLERS)
+        if 2 * len(fillers) < self._share * len(block):
+            return False
+        # A filler makes ``min_share`` of the ink, which holds every byte left here: each
+        # other byte value needs one of the rest. Digits, numbers in CSV and hex spread over
+        # more values than that allows. (The margin only lets more blocks through.)
+        size = len(fillers)
+        return len(set(fillers)) - 1 <= size - self._share * size + 1e-9
 
     def _top_filler(self, block: str) -> str:
         distinct = set(block)

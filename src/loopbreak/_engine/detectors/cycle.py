@@ -314,8 +314,14 @@ class CycleDetector:
                 self._batch_end = self._done + self._step
                 self._candidates = None
             take = self._batch_end - self._done
-            hit = self._advance(delta[start : start + take])
+            piece = delta[start : start + take]
             start += take
+            if self._candidates == []:
+                # The batch's anchor recurs nowhere (most batches of clean text): no window
+                # ending in it can qualify, and nothing was measured to keep.
+                self._extend(piece)
+                continue
+            hit = self._advance(piece)
             if hit is not None:
                 at, period = hit
                 unit = self._buf[at - self._base - period : at - self._base]
@@ -330,10 +336,9 @@ class CycleDetector:
                 })
         return None
 
-    def _advance(self, piece: str) -> tuple[int, int] | None:
-        n0 = self._done
-        n1 = n0 + len(piece)
-        self._done = n1
+    def _extend(self, piece: str) -> None:
+        """Take ``piece`` into the buffer, forgetting what no window can reach."""
+        self._done += len(piece)
         # Drop the attribute's reference first: with the local as the only one, CPython
         # extends the string in place instead of copying the whole buffer each step.
         buf = self._buf
@@ -344,6 +349,11 @@ class CycleDetector:
             buf = buf[cut:]
             self._base += cut
         self._buf = buf
+
+    def _advance(self, piece: str) -> tuple[int, int] | None:
+        n0 = self._done
+        self._extend(piece)
+        n1 = self._done
         if n1 < self._min_span:
             return None
         if not self._may_end_here(n0, n1):

@@ -9,6 +9,7 @@ chunks carry ``""``) are not deltas of the answer and are skipped.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import eq
 
 from loopbreak._config import IdenticalChunksConfig
 from loopbreak._engine.trip import Channel, Trip
@@ -43,6 +44,14 @@ class IdenticalChunksDetector:
         """Several deltas in stream order, as they came (a guard hands over a batch at
         once); the trip, on the delta that trips, with ``offset`` at the last one."""
         consumed, last, run, limit = self._consumed, self._last, self._run, self._limit
+        if limit > 1 and isinstance(deltas, list) and "" not in deltas:
+            kept = list(map(str.strip, deltas))
+            if kept and kept[0] != last and not any(map(eq, kept, kept[1:])):
+                # No delta equals the one before it (most batches): no run reaches two.
+                # Checked in C, not a delta at a time.
+                self._consumed = consumed + sum(map(len, deltas))
+                self._last, self._run = kept[-1], 1
+                return None
         trip = None
         for delta in deltas:
             if not delta:
