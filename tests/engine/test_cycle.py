@@ -423,3 +423,41 @@ def test_three_copies_of_a_data_row_or_code_in_reasoning_are_not_cut_on_three_co
     dots = "\n.\n\n" * 60
     flood = first_trip(CycleDetector(cfg, "reasoning"), head + dots, 4)
     assert flood is not None and flood.at - len(head) <= cfg.three_copies_reasoning
+
+
+def test_a_detector_built_from_kept_settings_is_the_one_worked_out_afresh() -> None:
+    # A guard is built for every call, so a detector copies the settings the first one of
+    # its arguments worked out: every setting, channel and variant must get its own.
+    from loopbreak import CounterCycleConfig, CounterCycleDetector
+    from loopbreak._engine.detectors import cycle as cycle_module
+
+    def build() -> list[CycleDetector]:
+        made: list[CycleDetector] = []
+        for channel in ("reasoning", "text"):
+            for cfg in (CycleConfig(), CycleConfig(max_period=300, min_span_text=128),
+                        CycleConfig(two_copies_reasoning=0, past_two_copies=7)):
+                made.append(CycleDetector(cfg, channel))
+                made.append(CycleDetector(cfg, channel, min_span=200, max_period=120))
+                for copies in (3, 5):
+                    made.append(CounterCycleDetector(CounterCycleConfig(min_copies=copies),
+                                                     cfg, channel))
+        return made
+
+    def settings(detector: CycleDetector) -> dict[str, object]:
+        # What a detector derives from its arguments: its values that are no state.
+        return {k: v for k, v in vars(detector).items()
+                if isinstance(v, (int, float, str, tuple)) or v is None}
+
+    kept = build()  # the second build copies what the first worked out
+    copied = build()
+    cycle_module._DERIVED.clear()
+    afresh = build()
+    assert len({tuple(sorted(settings(d).items())) for d in afresh}) > 10
+    for a, b in zip(copied, afresh):
+        assert type(a) is type(b) and settings(a) == settings(b)
+    for a, b in zip(kept, copied):
+        assert a._needs is b._needs  # one table of spans per setting
+    for a in kept:
+        for b in kept:
+            if settings(a) != settings(b):
+                assert a._needs is not b._needs

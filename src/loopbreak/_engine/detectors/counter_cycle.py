@@ -140,6 +140,9 @@ class CounterCycleDetector(CycleDetector):
         self._drops.clear()
         self._forgotten = 0
 
+    def _variant_key(self) -> tuple[object, ...]:
+        return (self._copies,)
+
     def _two_copies(self, period: int, pool: bool = True) -> int:
         # A counted template must show more copies than cycle asks of a verbatim unit.
         return self._copies * period + self._past_two

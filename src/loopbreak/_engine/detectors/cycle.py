@@ -97,11 +97,10 @@ ONE_LINE_MIN_PERIOD = 16
 """Shortest unit that ``one_line_code_copies`` applies to: a shorter one (``0, 0, ``,
 ``\\x00``) fills a line of data many times over."""
 _ANCHOR_CHARS = 32
-# _least_run by setting (a handful per process: the channels, the counter variant).
-_LEAST_RUN: dict[tuple[object, ...], int] = {}
-# _earliest's spans by period, per setting: a guard is built for every call, and the first
-# step of a flood asks for dozens of periods.
-_NEEDS: dict[tuple[object, ...], dict[int, tuple[int, int]]] = {}
+# The settings a detector derives from its arguments, by class and arguments (a handful per
+# process: the channels, the counter variant). They include _earliest's spans by period, which
+# every detector of a setting shares: the first step of a flood asks for dozens of periods.
+_DERIVED: dict[tuple[object, ...], dict[str, object]] = {}
 
 
 def is_numeric_data(unit: str) -> bool:
@@ -137,12 +136,55 @@ class CycleDetector:
                  min_span: int | None = None, max_period: int | None = None,
                  three_copies_span: int | None = None) -> None:
         cfg = config or CycleConfig()
+        key = (type(self), cfg, channel, min_span, max_period, three_copies_span,
+               self._variant_key())
+        derived = _DERIVED.get(key)
+        if derived is None:
+            before = set(self.__dict__)
+            self._derive(cfg, channel, min_span, max_period, three_copies_span)
+            derived = {k: v for k, v in self.__dict__.items() if k not in before}
+            if len(_DERIVED) < 64:
+                _DERIVED[key] = derived
+        else:
+            self.__dict__.update(derived)
+        # Which units count (a variant asks more); must not depend on where a unit is rotated.
+        self._accepts: Callable[[str], bool] = self._distinct_enough
+        self._buf = ""
+        self._base = 0
+        self._done = 0
+        self._consumed = 0
+        # Match runs measured at the end of the last step, by period: a loop offers the
+        # same candidate periods step after step, and their runs only grow.
+        self._runs: dict[int, int] = {}
+        self._next_runs: dict[int, int] = {}
+        # Where a unit of each period was last judged not to count: later windows are
+        # rotations of it while the run reaches back there, and every rule that accepts a
+        # unit gives all its rotations (and repetitions) the same verdict.
+        self._rejected: dict[int, int] = {}
+        # The same for a unit judged to count: where, and the span it needs (less its
+        # period), so a loop in full swing is not judged again every step.
+        self._accepted: dict[int, tuple[int, int]] = {}
+        # Candidates up to this shift are exactly the multiples of the nearest one.
+        self._multiples_upto = 0
+        # The current batch (deltas up to one step that share an anchor) and the periods
+        # its anchor recurs at; None until looked up.
+        self._batch_end = 0
+        self._candidates: list[int] | None = None
+
+    def _variant_key(self) -> tuple[object, ...]:
+        """What a variant's settings depend on besides the arguments (set before this
+        class's ``__init__`` runs)."""
+        return ()
+
+    def _derive(self, cfg: CycleConfig, channel: Channel, min_span: int | None,
+                max_period: int | None, three_copies_span: int | None) -> None:
+        """Work out the settings every detector built with these arguments shares (its
+        ``__init__`` copies them from the first one: a guard is built for every call, and
+        this was a quarter of building one)."""
         self._channel: Channel = channel
         self._max_period = cfg.max_period if max_period is None else min(cfg.max_period,
                                                                            max_period)
         self._min_distinct = cfg.min_distinct
-        # Which units count (a variant asks more); must not depend on where a unit is rotated.
-        self._accepts: Callable[[str], bool] = self._distinct_enough
         if min_span is None:
             min_span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         if three_copies_span is None:
@@ -168,30 +210,9 @@ class CycleDetector:
         self._step = self._half - self._anchor + 1
         # The least run a unit of each period needs and the most any run is measured to,
         # worked out when the period first comes up.
-        self._needs = self._shared_needs()
+        self._needs: dict[int, tuple[int, int]] = {}
         self._keep = (max(self._min_span_code, self._two_copies(self._max_period, pool=False))
                       + self._step + self._anchor + 1)
-        self._buf = ""
-        self._base = 0
-        self._done = 0
-        self._consumed = 0
-        # Match runs measured at the end of the last step, by period: a loop offers the
-        # same candidate periods step after step, and their runs only grow.
-        self._runs: dict[int, int] = {}
-        self._next_runs: dict[int, int] = {}
-        # Where a unit of each period was last judged not to count: later windows are
-        # rotations of it while the run reaches back there, and every rule that accepts a
-        # unit gives all its rotations (and repetitions) the same verdict.
-        self._rejected: dict[int, int] = {}
-        # The same for a unit judged to count: where, and the span it needs (less its
-        # period), so a loop in full swing is not judged again every step.
-        self._accepted: dict[int, tuple[int, int]] = {}
-        # Candidates up to this shift are exactly the multiples of the nearest one.
-        self._multiples_upto = 0
-        # The current batch (deltas up to one step that share an anchor) and the periods
-        # its anchor recurs at; None until looked up.
-        self._batch_end = 0
-        self._candidates: list[int] | None = None
 
     @property
     def consumed(self) -> int:
@@ -200,31 +221,10 @@ class CycleDetector:
     def _least_run(self) -> int:
         """The shortest run of matches any qualifying window ends in: its span less its
         period, at least. The longer it is, the longer a batch that one anchor serves
-        (three copies of a short unit hold a run of two: more than half the span). Worked
-        out once per setting and kept: a guard is built for every call."""
-        key = (type(self), self._span_cap, self._three_copies, self._two_only,
-               self._two_only_pool, self._past_two, self._max_period,
-               self._two_copies(1), self._two_copies(2))
-        least = _LEAST_RUN.get(key)
-        if least is None:
-            least = min((self._span(p) - p for p in range(1, self._max_period + 1)),
-                        default=(self._min_span + 1) // 2)
-            least = max(1, min(least, self._min_span))
-            if len(_LEAST_RUN) < 64:
-                _LEAST_RUN[key] = least
-        return least
-
-    def _shared_needs(self) -> dict[int, tuple[int, int]]:
-        """The table of spans by period that every guard of this setting shares."""
-        key = (type(self), self._span_cap, self._three_copies, self._two_only,
-               self._two_only_pool, self._past_two, self._max_period, self._min_span_code,
-               self._two_copies(1), self._two_copies(2))
-        needs = _NEEDS.get(key)
-        if needs is None:
-            needs = {}
-            if len(_NEEDS) < 64:
-                _NEEDS[key] = needs
-        return needs
+        (three copies of a short unit hold a run of two: more than half the span)."""
+        least = min((self._span(p) - p for p in range(1, self._max_period + 1)),
+                    default=(self._min_span + 1) // 2)
+        return max(1, min(least, self._min_span))
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
