@@ -81,6 +81,61 @@ def test_counter_cycle_matches_brute_force_at_every_split(seed: int) -> None:
         assert got == expected
 
 
+def _numbers_around_counted_text(rng: random.Random) -> str:
+    """Stretches with no letter (a counting run, a CSV row, a number a line) before, inside
+    and after counted text, a lone letter among them: the rule skips the steps no unit with a
+    letter can end in, and these put the edge of that skip everywhere."""
+    def numbers() -> str:
+        start = rng.randint(0, 500)
+        style = rng.choice(["{n}, ", "{n},{m},{m}\n", "{n}\n", "{n}. {m}\n"])
+        return "".join(style.format(n=n, m=rng.randint(0, 99))
+                       for n in range(start, start + rng.randint(0, 40)))
+
+    counted = _counted_text(rng)
+    cut = rng.randint(0, len(counted))
+    parts = [numbers(), counted[:cut], numbers(), rng.choice(["", "x", "é", "中"]), numbers(),
+             counted[cut:], numbers()]
+    return "".join(parts)[:900]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_counter_cycle_matches_brute_force_around_stretches_without_letters(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    text = _numbers_around_counted_text(rng)
+    cfg = CycleConfig(max_period=rng.choice([16, 30, 64]), min_span_text=rng.choice([24, 48]),
+                      min_span_code=rng.choice([64, 100]))
+    share = rng.choice([0.0, 0.1, 0.25])
+    expected = brute_force(text, cfg, share, cfg.min_span_text)
+    counter = CounterCycleConfig(min_word_share=share, min_span_text=cfg.min_span_text)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 5), split_fixed(text, 64),
+                   split_random(text, rng)):
+        detector = CounterCycleDetector(counter, cfg, "text")
+        trip, _ = feed_pieces(detector, pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+@pytest.mark.parametrize("period", [12, 16, 30])
+def test_a_unit_whose_only_letter_starts_the_window_is_still_judged(period: int) -> None:
+    # One-letter words, one a unit: each step looks back max_period characters for a letter,
+    # and the trip can come on the step whose window starts on it (fed a character a delta,
+    # where the rule knows where each letter stands exactly). Judging one step too few there
+    # cuts a character late (tried).
+    cfg = CycleConfig(max_period=period, min_span_text=24, min_span_code=64)
+    counter = CounterCycleConfig(min_word_share=0.05, min_span_text=24)
+
+    def line(n: int) -> str:
+        return " ".join(["x", str(n)] + ["%;:=~!?#&@^|,"[i % 13]
+                                         for i in range((period - 4) // 2)]) + " "
+
+    for lead in range(0, 8):
+        text = "7, " * lead + "".join(line(n) for n in range(10, 40))
+        expected = brute_force(text, cfg, 0.05, 24)
+        assert expected is not None
+        trip, _ = feed_pieces(CounterCycleDetector(counter, cfg, "text"), split_fixed(text, 1))
+        assert trip is not None and (trip.at, trip.evidence["period"]) == expected
+
+
 @pytest.mark.parametrize("channel", ["reasoning", "text"])
 def test_a_counted_list_is_cut_where_cycle_sees_nothing(channel: str) -> None:
     intro = "The planets, in order:\n1. Mercury\n2. Venus\n3. Earth\n4. Mars\n"

@@ -53,6 +53,8 @@ DIGITS_AS_ZERO: dict[int, str] = {
 _ASCII_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 _ZERO_RUN = re.compile("0{2,}")
+# A character a word of letters is made of (``_WORD``'s letters, CJK included).
+_LETTER = re.compile(r"[^\W\d_]")
 _NONZERO_DIGIT = re.compile("[1-9\uff10-\uff19]")
 # Every CJK character is a word of its own (CJK prose has no spaces); anything else
 # between spaces or CJK characters is a token.
@@ -133,12 +135,17 @@ class CounterCycleDetector(CycleDetector):
         self._drops: list[tuple[int, int, str, bool, int, int]] = []
         # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
+        # A unit that counts holds a word of letters (when words are asked for at all): the
+        # reading position where the last delta holding a letter ended (0: none yet).
+        self._letters_needed = cfg.min_word_share > 0
+        self._letter_end = 0
 
     def reset(self) -> None:
         super().reset()
         self._after_digit = False
         self._drops.clear()
         self._forgotten = 0
+        self._letter_end = 0
 
     def _variant_key(self) -> tuple[object, ...]:
         return (self._copies,)
@@ -148,6 +155,12 @@ class CounterCycleDetector(CycleDetector):
         return self._copies * period + self._past_two
 
     def _reading(self, delta: str) -> str:
+        reading = self._read_counters(delta)
+        if self._letters_needed and _LETTER.search(reading) is not None:
+            self._letter_end = self._done + len(reading)
+        return reading
+
+    def _read_counters(self, delta: str) -> str:
         mapped = digits_as_zero(delta)
         goes_on = self._after_digit and mapped[:1] == "0"
         if mapped:
@@ -220,11 +233,14 @@ class CounterCycleDetector(CycleDetector):
         return at + dropped
 
     def _may_end_here(self, n0: int, n1: int) -> bool:
-        # A unit that counts holds a digit and ends in (n0, n1], so it lies within
-        # [n0 + 1 - max_period, n1): without a digit there, the step cannot trip (prose
-        # without numbers costs one search less).
-        low = max(0, n0 + 1 - self._max_period - self._base)
-        return self._buf.find("0", low, n1 - self._base) >= 0
+        # A unit that counts holds a digit and a letter and ends in (n0, n1], so it lies
+        # within [n0 + 1 - max_period, n1): without both there, the step cannot trip (prose
+        # without numbers costs one search less, numbers without words, a CSV or a counting
+        # run, cost none: they once cost this rule more than any other).
+        low = n0 + 1 - self._max_period
+        if self._letter_end <= low and self._letters_needed:
+            return False
+        return self._buf.find("0", max(0, low - self._base), n1 - self._base) >= 0
 
     def _counted_prose(self, unit: str) -> bool:
         numbers = unit.count("0")
