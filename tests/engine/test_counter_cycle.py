@@ -64,21 +64,26 @@ def _counted_text(rng: random.Random) -> str:
     return (head + body)[:700]
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_counter_cycle_matches_brute_force_at_every_split(seed: int) -> None:
-    rng = random.Random(seed)
-    text = _counted_text(rng)
+def _assert_brute_force_at_every_split(text: str, rng: random.Random, shares: list[float],
+                                      sizes: tuple[int, int, int]) -> None:
+    """The rule on ``text`` under settings drawn from ``rng``, fed in pieces of each of
+    ``sizes`` and at random, trips where the brute force says."""
     cfg = CycleConfig(max_period=rng.choice([16, 30, 64]), min_span_text=rng.choice([24, 48]),
                       min_span_code=rng.choice([64, 100]))
-    share = rng.choice([0.0, 0.25, 0.5])
+    share = rng.choice(shares)
     expected = brute_force(text, cfg, share, cfg.min_span_text)
     counter = CounterCycleConfig(min_word_share=share, min_span_text=cfg.min_span_text)
-    for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_fixed(text, 500),
-                   split_random(text, rng)):
+    for pieces in (*(split_fixed(text, size) for size in sizes), split_random(text, rng)):
         detector = CounterCycleDetector(counter, cfg, "text")
         trip, _ = feed_pieces(detector, pieces)
         got = None if trip is None else (trip.at, trip.evidence["period"])
         assert got == expected
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_counter_cycle_matches_brute_force_at_every_split(seed: int) -> None:
+    rng = random.Random(seed)
+    _assert_brute_force_at_every_split(_counted_text(rng), rng, [0.0, 0.25, 0.5], (1, 7, 500))
 
 
 def _numbers_around_counted_text(rng: random.Random) -> str:
@@ -101,18 +106,8 @@ def _numbers_around_counted_text(rng: random.Random) -> str:
 @pytest.mark.parametrize("seed", range(40))
 def test_counter_cycle_matches_brute_force_around_stretches_without_letters(seed: int) -> None:
     rng = random.Random(1000 + seed)
-    text = _numbers_around_counted_text(rng)
-    cfg = CycleConfig(max_period=rng.choice([16, 30, 64]), min_span_text=rng.choice([24, 48]),
-                      min_span_code=rng.choice([64, 100]))
-    share = rng.choice([0.0, 0.1, 0.25])
-    expected = brute_force(text, cfg, share, cfg.min_span_text)
-    counter = CounterCycleConfig(min_word_share=share, min_span_text=cfg.min_span_text)
-    for pieces in (split_fixed(text, 1), split_fixed(text, 5), split_fixed(text, 64),
-                   split_random(text, rng)):
-        detector = CounterCycleDetector(counter, cfg, "text")
-        trip, _ = feed_pieces(detector, pieces)
-        got = None if trip is None else (trip.at, trip.evidence["period"])
-        assert got == expected
+    _assert_brute_force_at_every_split(_numbers_around_counted_text(rng), rng,
+                                       [0.0, 0.1, 0.25], (1, 5, 64))
 
 
 @pytest.mark.parametrize("period", [12, 16, 30])

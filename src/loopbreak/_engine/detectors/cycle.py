@@ -180,7 +180,7 @@ class CycleDetector:
                 max_period: int | None, three_copies_span: int | None) -> None:
         """Work out the settings every detector built with these arguments shares (its
         ``__init__`` copies them from the first one: a guard is built for every call, and
-        this was a quarter of building one)."""
+        this was a fifth of building one)."""
         self._channel: Channel = channel
         self._max_period = cfg.max_period if max_period is None else min(cfg.max_period,
                                                                            max_period)
