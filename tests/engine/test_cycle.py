@@ -448,6 +448,9 @@ def test_a_detector_built_from_kept_settings_is_the_one_worked_out_afresh() -> N
         return {k: v for k, v in vars(detector).items()
                 if isinstance(v, (int, float, str, tuple)) or v is None}
 
+    cycle_module._DERIVED.clear()
+    for extra in range(70):  # a sweep over more settings than are kept
+        CycleDetector(CycleConfig(max_period=20), "text", min_span=30, max_period=10 + extra)
     kept = build()  # the second build copies what the first worked out
     copied = build()
     cycle_module._DERIVED.clear()

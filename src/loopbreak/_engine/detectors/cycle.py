@@ -143,8 +143,10 @@ class CycleDetector:
             before = set(self.__dict__)
             self._derive(cfg, channel, min_span, max_period, three_copies_span)
             derived = {k: v for k, v in self.__dict__.items() if k not in before}
-            if len(_DERIVED) < 64:
-                _DERIVED[key] = derived
+            if len(_DERIVED) >= 64:
+                # A sweep over many settings: start over, so the ones in use now are kept.
+                _DERIVED.clear()
+            _DERIVED[key] = derived
         else:
             self.__dict__.update(derived)
         # Which units count (a variant asks more); must not depend on where a unit is rotated.
