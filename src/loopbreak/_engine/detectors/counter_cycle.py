@@ -155,12 +155,14 @@ class CounterCycleDetector(CycleDetector):
         return self._copies * period + self._past_two
 
     def _reading(self, delta: str) -> str:
-        reading = self._read_counters(delta)
+        reading = self._read_delta(delta)
         if self._letters_needed and _LETTER.search(reading) is not None:
             self._letter_end = self._done + len(reading)
         return reading
 
-    def _read_counters(self, delta: str) -> str:
+    def _read_delta(self, delta: str) -> str:
+        """``delta`` as ``read_counters`` reads it, a number begun in the last delta going
+        on here; the digits dropped are recorded for ``_original``."""
         mapped = digits_as_zero(delta)
         goes_on = self._after_digit and mapped[:1] == "0"
         if mapped:
