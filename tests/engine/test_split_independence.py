@@ -8,8 +8,11 @@ evidence; ``offset`` then differs by less than the tripping delta.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +30,7 @@ from loopbreak import (
     LinesConfig,
     LinesDetector,
     Trip,
+    build_detectors,
 )
 from loopbreak._config import (
     CharFloodConfig,
@@ -35,6 +39,7 @@ from loopbreak._config import (
     ProgressionConfig,
     StaleWordsConfig,
 )
+from loopbreak._engine import call_guard
 from loopbreak._engine.detectors import (
     CharFloodDetector,
     CharRunDetector,
@@ -43,6 +48,8 @@ from loopbreak._engine.detectors import (
     ProgressionDetector,
     StaleWordsDetector,
 )
+from loopbreak._engine.trip import Channel, QuietDetector
+from loopbreak.bench.throughput import cut
 
 ALPHABETS = ["ab", "Go. OK.\n", "好。执行。\n", "* \n", "😀😂 ", "abc def\n  x()", "| -\n",
              "Fish 19.\n"]
@@ -201,3 +208,187 @@ def test_default_guard_split_independent_on_samples() -> None:
         text = sample.text[:8000]
         _check(lambda s=sample: ChannelGuard(s.channel), text,  # type: ignore[misc]
                [text[i : i + 7] for i in range(0, len(text), 7)])
+
+
+# -- text held back from a rule until it can trip --------------------------------------------
+
+QUIET_RULES = [name for name, make in SMALL.items() if hasattr(make(), "quiet_through")]
+
+
+def _keeps_its_word(detector: QuietDetector, pieces: list[str]) -> Trip | None:
+    """Feed ``pieces``; every ``quiet_through`` the rule said before its trip lies below the
+    trip's ``at`` (a guard holds text back from it that far)."""
+    return _said_before_trip(detector, pieces)[0]
+
+
+def _said_before_trip(detector: QuietDetector, pieces: list[str]) -> tuple[Trip | None, int]:
+    """``_keeps_its_word``, and the farthest the rule said it could not trip."""
+    said = detector.quiet_through
+    for piece in pieces:
+        trip = detector.feed(piece)
+        if trip is not None:
+            assert trip.at > said, f"{trip.rule} tripped at {trip.at}, said quiet to {said}"
+            return trip, said
+        said = max(said, detector.quiet_through)
+    return None, said
+
+
+def test_cycle_is_quiet_to_the_end_of_a_step_without_candidates_and_no_further() -> None:
+    # A unit whose period is the rule's least run ends its first qualifying window with a run
+    # just that long: its anchor (the run's first character and one before it) recurs
+    # nowhere, so the rule says it is quiet to the step's end, and the window can end one
+    # character later.
+    unit = "Wait, is that right? No."
+    assert len(unit) == 24  # SMALL["cycle"]'s least run
+    rng = random.Random(3)
+    prefix = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz .,\n", k=60))
+    exact = 0
+    for start in range(30):
+        text = prefix[:start] + unit * 12
+        reference, _ = _run(SMALL["cycle"](), list(text))
+        assert reference is not None
+        for cut_at in range(reference.at - 40, reference.at - 1):
+            detector = SMALL["cycle"]()
+            assert isinstance(detector, QuietDetector)
+            trip, said = _said_before_trip(detector, [text[:cut_at], text[cut_at:]])
+            assert trip is not None and trip.at == reference.at
+            exact += said == trip.at - 1
+    assert exact > 0
+
+
+def test_lines_is_quiet_as_far_as_a_line_seen_twice_can_reach() -> None:
+    # A line's second sighting adds twice its length to the repeated mass at once.
+    detector = SMALL["lines"]()
+    assert isinstance(detector, QuietDetector)
+    line = "x" * 32 + "\n"  # twice: a repeated mass of 64, the small rule's least
+    trip, said = _said_before_trip(detector, list(line + line))
+    assert trip is not None and trip.at == 66 and said == 65
+
+
+@pytest.mark.parametrize("first", ["1,2,3,4,", "1,2,3,4,5"])
+def test_progression_is_quiet_as_far_as_the_shortest_numbers_can_reach(first: str) -> None:
+    # Each term missing needs a digit and the character after it; a number being read, only
+    # that character.
+    detector = SMALL["progression"]()
+    assert isinstance(detector, QuietDetector)
+    trip, said = _said_before_trip(detector, [first, "1,2,3,4,5,"[len(first):]])
+    assert trip is not None and trip.at == 10 and said == 9
+
+
+def test_the_rules_that_say_how_far_they_cannot_trip() -> None:
+    # Every rule that waits for blocks, a streak, a period's step or a mass to build up.
+    assert set(QUIET_RULES) == {"cycle", "counter-cycle", "block-repeat", "degeneracy", "lines",
+                                "char-run", "char-flood", "progression"}
+
+
+def _quiet_property(name: str) -> Callable[[], None]:
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def prop(data: st.DataObject) -> None:
+        text = data.draw(st.one_of(streams(), counted_streams(), flood_streams()))
+        make = SMALL[name]
+        tripped = False
+        for pieces in (list(text), data.draw(splits(text))):
+            detector = make()
+            assert isinstance(detector, QuietDetector)
+            tripped = _keeps_its_word(detector, pieces) is not None or tripped
+        event("tripped" if tripped else "clean")
+
+    return prop
+
+
+test_cycle_keeps_its_word = _quiet_property("cycle")
+test_counter_cycle_keeps_its_word = _quiet_property("counter-cycle")
+test_block_repeat_keeps_its_word = _quiet_property("block-repeat")
+test_degeneracy_keeps_its_word = _quiet_property("degeneracy")
+test_lines_keeps_its_word = _quiet_property("lines")
+test_char_run_keeps_its_word = _quiet_property("char-run")
+test_char_flood_keeps_its_word = _quiet_property("char-flood")
+test_progression_keeps_its_word = _quiet_property("progression")
+
+
+def _every_batch_to_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A guard holds no batch back from a rule: each is judged as it completes, by every rule.
+    monkeypatch.setattr(call_guard, "_MOST_WAITING", 0)
+
+
+def _guard_run(make: Callable[[], ChannelGuard], pieces: list[str]) -> Trip | None:
+    trip, _ = _run(make(), pieces)
+    return trip
+
+
+def _same_trip(a: Trip | None, b: Trip | None) -> None:
+    if a is None or b is None:
+        assert a is b
+        return
+    assert (a.rule, a.at, a.offset, dict(a.evidence)) == (b.rule, b.at, b.offset,
+                                                            dict(b.evidence))
+
+
+@pytest.mark.parametrize("name", ["guard", "guard-text"])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_holding_text_back_cuts_where_judging_every_batch_does(
+        name: str, data: st.DataObject, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = data.draw(st.one_of(streams(), counted_streams(), flood_streams()))
+    pieces = data.draw(splits(text))
+    make = SMALL[name]
+    held = _guard_run(make, pieces)  # type: ignore[arg-type]
+    with monkeypatch.context() as patch:
+        _every_batch_to_every_rule(patch)
+        every = _guard_run(make, pieces)  # type: ignore[arg-type]
+    _same_trip(held, every)
+    event("tripped" if held is not None else "clean")
+
+
+def _real_streams(corpus: Path) -> list[tuple[Channel, str]]:
+    from loopbreak.offline.corpus import alpaca_loops, dsh_loop_guard, smollm2_lists
+
+    streams = [*dsh_loop_guard(corpus), *alpaca_loops(corpus), *smollm2_lists()]
+    assert len(streams) > 200
+    return [(s.channel, s.text) for s in streams]  # type: ignore[misc]
+
+
+def test_real_loops_trip_where_every_rule_said_they_could(corpus: Path) -> None:
+    # The default rules on the real loops (and the clean calls among them), at the deltas a
+    # tokenizer produces: no rule trips where it said it could not.
+    tripped = 0
+    for channel, text in _real_streams(corpus):
+        pieces = cut(text, 0)
+        for detector in build_detectors(channel, Config()):
+            if isinstance(detector, QuietDetector):
+                tripped += _keeps_its_word(detector, pieces) is not None
+    assert tripped > 250  # of 1,000 or so streams' rules: the bounds were put to the test
+
+
+def test_real_loops_are_cut_where_judging_every_batch_cuts_them(
+        corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[list[Trip | None]] = []
+    for hold in (True, False):
+        with monkeypatch.context() as patch:
+            if not hold:
+                _every_batch_to_every_rule(patch)
+            runs.append([_guard_run(lambda c=channel: ChannelGuard(c), cut(text, 0))  # type: ignore[misc]
+                         for channel, text in _real_streams(corpus)])
+    for held, every in zip(*runs, strict=True):
+        _same_trip(held, every)
+    assert sum(t is not None for t in runs[0]) > 150
+
+
+def test_a_rule_that_cannot_trip_is_still_handed_the_stream() -> None:
+    # block-repeat with every streak off never trips: the text held back from it is handed
+    # over once 64 batches wait, not kept for the whole call.
+    config = Config().replace(**{"block_repeat.exact_streak": 0,
+                                 "block_repeat.novelty_streak": 0,
+                                 "block_repeat.novelty_streak_code": 0})
+    guard = ChannelGuard("reasoning", config)
+    rng = random.Random(7)
+    text = " ".join("".join(rng.choices("abcdefghij", k=5)) for _ in range(20_000))
+    for piece in cut(text, 0):
+        assert guard.feed(piece) is None
+    rule = next(r for r in guard._quiet if isinstance(r.detector, BlockRepeatDetector))
+    assert rule.detector.quiet_through > len(text)
+    assert sum(map(len, rule.waiting)) <= 64 * config.judging.batch_chars
+    judged = guard.consumed - guard.pending
+    assert rule.detector.consumed + sum(map(len, rule.waiting)) == judged

@@ -31,6 +31,12 @@ class BlockCutter:
         """Characters pushed so far."""
         return self._consumed
 
+    @property
+    def next_end(self) -> int:
+        """The count of characters pushed when the next block completes: a rule that judges
+        blocks decides nothing before it."""
+        return self._consumed - len(self._pending) + self._size
+
     def push(self, delta: str) -> list[tuple[str, int]]:
         """Add ``delta``; return the blocks it completed with the count of characters
         consumed at each block's last character."""

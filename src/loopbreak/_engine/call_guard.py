@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from loopbreak._config import Config
 from loopbreak._engine.detectors import (
@@ -28,7 +29,7 @@ from loopbreak._engine.detectors import (
     StaleWordsDetector,
 )
 from loopbreak._engine.grams import GramSet
-from loopbreak._engine.trip import CHANNELS, Channel, Detector, Trip
+from loopbreak._engine.trip import CHANNELS, Channel, Detector, QuietDetector, Trip
 
 
 def _check_channel(channel: str) -> None:
@@ -85,7 +86,7 @@ class ChannelGuard:
     """
 
     __slots__ = ("_batch", "_detectors", "_grams", "_judged", "_left", "_pending",
-                 "_per_delta", "_sample", "_sample_left", "channel", "trip")
+                 "_per_delta", "_quiet", "_sample", "_sample_left", "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None,
                  grams: GramSet | None = None, sample: list[str] | None = None,
@@ -104,8 +105,19 @@ class ChannelGuard:
         # the batch's deltas one by one; the others see them joined.
         self._per_delta = [(i, d) for i, d in enumerate(detectors)
                            if isinstance(d, IdenticalChunksDetector)]
-        self._detectors = [(i, d) for i, d in enumerate(detectors)
-                           if not isinstance(d, IdenticalChunksDetector)]
+        self._detectors: list[tuple[int, Detector]] = []
+        # The rules that say how far they cannot trip: each is handed the text that comes
+        # meanwhile at once, when a batch ends past that point (a block rule judges blocks
+        # of 128 characters and trips after a streak of them: judged every 64 characters,
+        # it mostly only waited).
+        self._quiet: list[_QuietRule] = []
+        for i, detector in enumerate(detectors):
+            if isinstance(detector, IdenticalChunksDetector):
+                continue
+            if _says_quiet(detector):
+                self._quiet.append(_QuietRule(i, detector))
+            else:
+                self._detectors.append((i, detector))
         self._batch = cfg.judging.batch_chars
         self._pending: list[str] = []
         # Characters still to come before the batch is judged: feed() keeps one counter,
@@ -174,10 +186,45 @@ class ChannelGuard:
             # The earliest character wins; among equals, the earlier rule in the list.
             if trip is not None and (first is None or (trip.at, index) < (first[1].at, first[0])):
                 first = (index, trip)
+        judged = self._judged
+        for rule in self._quiet:
+            waiting = rule.waiting
+            if judged <= rule.quiet_through and len(waiting) < _MOST_WAITING:
+                waiting.append(text)
+                continue
+            if waiting:
+                waiting.append(text)
+                trip = rule.detector.feed("".join(waiting))
+                waiting.clear()
+            else:
+                trip = rule.detector.feed(text)
+            rule.quiet_through = rule.detector.quiet_through
+            if trip is not None and (first is None or (trip.at, rule.index)
+                                     < (first[1].at, first[0])):
+                first = (rule.index, trip)
         if first is None:
             return None
         self.trip = first[1]
         return self.trip
+
+
+_MOST_WAITING = 64  # batches held back from a rule at most (one that cannot trip holds none)
+
+
+def _says_quiet(detector: Detector) -> TypeGuard[QuietDetector]:
+    return hasattr(detector, "quiet_through")
+
+
+class _QuietRule:
+    """A rule that says how far it cannot trip, with the batches held back from it."""
+
+    __slots__ = ("detector", "index", "quiet_through", "waiting")
+
+    def __init__(self, index: int, detector: QuietDetector) -> None:
+        self.index = index
+        self.detector = detector
+        self.quiet_through = detector.quiet_through
+        self.waiting: list[str] = []
 
 
 class ToolCallRecord:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Channel = Literal["reasoning", "text"]
 """The streamed channels the single-call rules watch.
@@ -58,3 +58,16 @@ class Detector(Protocol):
     def feed(self, delta: str) -> Trip | None: ...
 
     def reset(self) -> None: ...
+
+
+@runtime_checkable
+class QuietDetector(Detector, Protocol):
+    """A rule that also says how far it cannot trip.
+
+    After each ``feed`` (and at the start), ``quiet_through`` is a count of characters up
+    to which no trip's ``at`` can fall, whatever is fed next. A guard may hold the text
+    back until it passes that point and hand it over in one delta: the rule decides at the
+    same character however the stream is split, so the trip is the same.
+    """
+
+    quiet_through: int

@@ -56,6 +56,7 @@ _SLACK = 1e-9
 # defaults) would triple the memory of a proxied stream whose reasoning is short.
 _PYTHON_BLOCKS = 8
 LOW_NOVELTY = "low-novelty"
+_NEVER = 1 << 40  # blocks before a trip when no streak can trip
 
 
 class BlockRepeatDetector:
@@ -96,6 +97,10 @@ class BlockRepeatDetector:
         self._exact_run = 0
         self._novelty_run = 0
         self._code_in_run = False
+        self.quiet_through = 0
+        # The least streak of each kind that can trip (0: none can).
+        novelty = [n for n in (cfg.novelty_streak, cfg.novelty_streak_code) if n]
+        self._least_novelty = min(novelty, default=0)
 
     @property
     def consumed(self) -> int:
@@ -118,12 +123,22 @@ class BlockRepeatDetector:
         self._compared_texts.clear()
         self._exact_run = self._novelty_run = 0
         self._code_in_run = False
+        self.quiet_through = 0
 
     def feed(self, delta: str) -> Trip | None:
         for block, end in self._cutter.push(delta):
             trip = self._judge(block, end)
             if trip is not None:
                 return trip
+        # A trip needs a streak's missing blocks, the next one first.
+        blocks = _NEVER
+        cfg = self._config
+        if cfg.exact_streak:
+            blocks = cfg.exact_streak - self._exact_run
+        if self._least_novelty:
+            blocks = min(blocks, self._least_novelty - self._novelty_run)
+        cutter = self._cutter
+        self.quiet_through = cutter.next_end - 1 + cutter.size * max(0, blocks - 1)
         return None
 
     def _judge(self, block: str, end: int) -> Trip | None:

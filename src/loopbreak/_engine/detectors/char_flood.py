@@ -57,6 +57,7 @@ class CharFloodDetector:
         self._max_distinct = int((1.0 - cfg.min_share) * cfg.block_chars) + 4
         self._char = ""
         self._run = 0
+        self.quiet_through = 0
 
     @property
     def consumed(self) -> int:
@@ -66,6 +67,7 @@ class CharFloodDetector:
         self._cutter.reset()
         self._char = ""
         self._run = 0
+        self.quiet_through = 0
 
     def feed(self, delta: str) -> Trip | None:
         for block, end in self._cutter.push(delta):
@@ -78,6 +80,10 @@ class CharFloodDetector:
                 return Trip(CHAR_FLOOD, self._channel, self.consumed, end,
                             {"char": char, "blocks": self._run,
                              "block_chars": self._cutter.size})
+        # A trip needs the streak's missing blocks (a new filler needs all of them).
+        cutter = self._cutter
+        self.quiet_through = (cutter.next_end - 1
+                              + cutter.size * max(0, self._streak - self._run - 1))
         return None
 
     def _filler(self, block: str) -> str:

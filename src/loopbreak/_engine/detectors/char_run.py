@@ -42,13 +42,14 @@ class CharRunDetector:
         self._consumed = 0
         self._char = ""
         self._run = 0
+        self.quiet_through = 0
 
     @property
     def consumed(self) -> int:
         return self._consumed
 
     def reset(self) -> None:
-        self._consumed = self._run = 0
+        self._consumed = self._run = self.quiet_through = 0
         self._char = ""
 
     def _limit(self, char: str) -> int:
@@ -66,6 +67,7 @@ class CharRunDetector:
                 return self._trip(start + limit - self._run, self._char, limit)
             if lead == len(delta):
                 self._run += lead
+                self.quiet_through = self._consumed - 1 + min(limit - self._run, self._max_run)
                 return None
         for m in self._long_run.finditer(delta, lead):
             char = m.group(1)
@@ -74,7 +76,9 @@ class CharRunDetector:
                 return self._trip(start + m.start() + limit, char, limit)
         last = delta[-1]
         self._char = last
-        self._run = len(delta) - len(delta.rstrip(last))
+        self._run = run = len(delta) - len(delta.rstrip(last))
+        # A trip needs the run to reach its limit, or a new run the lower one.
+        self.quiet_through = self._consumed - 1 + min(self._limit(last) - run, self._max_run)
         return None
 
     def _trip(self, at: int, char: str, limit: int) -> Trip:

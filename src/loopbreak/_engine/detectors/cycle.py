@@ -172,6 +172,7 @@ class CycleDetector:
         # its anchor recurs at; None until looked up.
         self._batch_end = 0
         self._candidates: list[int] | None = None
+        self.quiet_through = 0
 
     def _variant_key(self) -> tuple[object, ...]:
         """What a variant's settings depend on besides the arguments (set before this
@@ -302,6 +303,7 @@ class CycleDetector:
         self._rejected.clear()
         self._accepted.clear()
         self._multiples_upto = 0
+        self.quiet_through = 0
 
     def feed(self, delta: str) -> Trip | None:
         self._consumed += len(delta)
@@ -336,6 +338,12 @@ class CycleDetector:
                     "code": code,
                     "unit": unit[:120],
                 })
+        if self._candidates == []:
+            # No window ending in this step qualifies, and the reading gains at most a
+            # character a character.
+            self.quiet_through = self._consumed + self._batch_end - self._done
+        else:
+            self.quiet_through = self._consumed
         return None
 
     def _extend(self, piece: str) -> None:

@@ -87,6 +87,7 @@ class LinesDetector:
         self._counts: dict[Hashable, int] = {}
         self._mass = 0
         self._repeated = 0
+        self.quiet_through = 0
 
     @property
     def consumed(self) -> int:
@@ -94,6 +95,7 @@ class LinesDetector:
 
     def reset(self) -> None:
         self._consumed = self._partial_len = self._mass = self._repeated = 0
+        self.quiet_through = 0
         self._partial = ""
         self._overlong = False
         self._window.clear()
@@ -106,6 +108,7 @@ class LinesDetector:
             return None
         if "\n" not in delta:
             self._extend(delta)
+            self._settle_quiet()
             return None
         pieces = delta.split("\n")
         last = pieces.pop()
@@ -121,7 +124,15 @@ class LinesDetector:
             if trip is not None:
                 return trip
         self._extend(last)
+        self._settle_quiet()
         return None
+
+    def _settle_quiet(self) -> None:
+        # A line adds at most twice its length to the repeated mass (its own and, seen the
+        # second time, its first sighting's): a trip needs that many more characters, less
+        # the line begun.
+        self.quiet_through = self._consumed + max(
+            0, -(-(self._config.min_mass - self._repeated) // 2) - self._partial_len)
 
     def _extend(self, piece: str) -> None:
         if not piece:

@@ -62,6 +62,7 @@ class ProgressionDetector:
         self._step = 0
         self._template = ""
         self._terms = 0
+        self.quiet_through = 0
 
     def feed(self, delta: str) -> Trip | None:
         start = self._consumed
@@ -70,14 +71,26 @@ class ProgressionDetector:
             return None
         digits = self._digits
         if not digits and len(self._sep) > self._max_sep and not _DIGIT.search(delta):
+            self._settle_quiet()
             return None  # prose far from any number: nothing to read
         # The split alternates text between numbers (maybe empty) and numbers; the number
         # being read goes in front, so it is read whole.
         parts = _NUMBER_SPLIT.split(digits + delta if digits else delta)
         if max(self._terms, 1) + len(parts) // 2 < self._min_terms and \
                 self._take_without_trip(parts):
+            self._settle_quiet()
             return None
-        return self._feed_stepwise(parts, start - len(digits))
+        trip = self._feed_stepwise(parts, start - len(digits))
+        if trip is None:
+            self._settle_quiet()
+        return trip
+
+    def _settle_quiet(self) -> None:
+        # The run grows by one term a number, and a number is complete only at the
+        # character after it: each term missing needs a digit and that character (the
+        # number being read, only the character).
+        missing = self._min_terms - self._terms
+        self.quiet_through = self._consumed + 2 * missing - (2 if self._digits else 1)
 
     def _take_without_trip(self, parts: list[str]) -> bool:
         """Read a delta that cannot trip (its numbers, counted on from the run so far, stay
