@@ -151,6 +151,86 @@ def test_rejected_units_vouch_only_for_their_own_rotations_and_multiples(seed: i
         assert got == expected
 
 
+def _long_periods_text(rng: random.Random) -> str:
+    """Floods (whose anchors recur at every multiple of a shift, short and long), rejected
+    units, text between, and units longer than the short periods' cap."""
+    parts = []
+    for _ in range(rng.randint(2, 6)):
+        kind = rng.random()
+        if kind < 0.3:
+            unit = "".join(rng.choice("ab") for _ in range(rng.randint(1, 3)))
+            parts.append(unit * rng.randint(10, 200))
+        elif kind < 0.7:
+            unit = "".join(rng.choice("abcdefgh .\n") for _ in range(rng.randint(20, 64)))
+            parts.append(unit * rng.randint(1, 5))
+        else:
+            parts.append("".join(rng.choice("abcdefgh .\n") for _ in range(rng.randint(1, 90))))
+    return "".join(parts)[:900]
+
+
+class _SplitEarly(CycleDetector):
+    """Weighs a search by its characters alone, so that a cap this small splits the periods
+    in two, as the defaults' 4,096 are split."""
+
+    search_chars = 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_long_periods_looked_up_once_a_long_step_match_brute_force(seed: int) -> None:
+    # The periods above the short cap are looked up with their own anchor, once a long step:
+    # the decisions stay the rule's own at every split, floods included.
+    rng = random.Random(2000 + seed)
+    text = _long_periods_text(rng)
+    channel = rng.choice(["text", "reasoning"])
+    cfg = CycleConfig(max_period=64, min_span_text=rng.choice([16, 24]),
+                      min_span_reasoning=rng.choice([16, 24]), three_copies_reasoning=0,
+                      two_copies_reasoning=rng.choice([0, 40]), two_copies_pool_reasoning=0,
+                      min_span_code=64, min_distinct=rng.choice([1, 3]))
+    detector = _SplitEarly(cfg, channel)  # type: ignore[arg-type]
+    assert 0 < detector._short_cap < cfg.max_period  # the periods are split in two
+    span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+    expected = brute_force(text, cfg, span, channel)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 5), split_fixed(text, 64),
+                   split_random(text, rng)):
+        trip, _ = feed_pieces(_SplitEarly(cfg, channel), pieces)  # type: ignore[arg-type]
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+class _OneSearch(CycleDetector):
+    """Searches every period from each step's anchor, as the rule did before it split them."""
+
+    search_chars = 1 << 40
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_the_least_long_period_is_found_wherever_its_long_step_falls(channel: str) -> None:
+    # The period just above the short cap needs the least run of the long ones, so its first
+    # qualifying window holds the long anchor with nothing to spare: at every offset against
+    # the long steps it trips where one search over every period trips.
+    tiered = CycleDetector(CycleConfig(), channel)  # type: ignore[arg-type]
+    rng = random.Random(11)
+    words = ["plan", "the", "edit", "read", "check", "file", "now", "then", "test", "it"]
+    for period in (tiered._short_cap + 1, tiered._short_cap, 3 * tiered._short_cap // 2):
+        unit = " ".join(rng.choice(words) for _ in range(period))[: period - 1] + "\n"
+        prefix = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ,.") for _ in range(900))
+        stride = 1 if period == tiered._short_cap + 1 else 29
+        for start in range(0, tiered._long_step + 1, stride):
+            text = prefix[:start] + unit * 3
+            pieces = split_fixed(text, 4)
+            split, _ = feed_pieces(CycleDetector(CycleConfig(), channel), pieces)  # type: ignore[arg-type]
+            whole, _ = feed_pieces(_OneSearch(CycleConfig(), channel), pieces)  # type: ignore[arg-type]
+            assert whole is not None and whole.evidence["period"] == period
+            assert split is not None and (split.at, split.rule) == (whole.at, whole.rule)
+
+
+def test_the_default_periods_are_split_in_two() -> None:
+    for channel in ("reasoning", "text"):
+        detector = CycleDetector(CycleConfig(), channel)  # type: ignore[arg-type]
+        assert 0 < detector._short_cap < CycleConfig().max_period
+        assert detector._long_step % detector._step == 0
+
+
 def test_cycle_trips_on_verbatim_reasoning_loop() -> None:
     unit = "Let me write the test now.\n\nOK.\n\nGo.\n\nWriting the file.\n\n"
     prefix = "The user wants the upload retried with backoff; first I read the client.\n\n"
