@@ -387,8 +387,26 @@ def test_a_rule_that_cannot_trip_is_still_handed_the_stream() -> None:
     text = " ".join("".join(rng.choices("abcdefghij", k=5)) for _ in range(20_000))
     for piece in cut(text, 0):
         assert guard.feed(piece) is None
+    # Built when first handed text, 64 batches in.
     rule = next(r for r in guard._quiet if isinstance(r.detector, BlockRepeatDetector))
-    assert rule.detector.quiet_through > len(text)
-    assert sum(map(len, rule.waiting)) <= 64 * config.judging.batch_chars
+    assert rule.detector is not None and rule.detector.quiet_through > len(text)
+    assert len(rule.waiting) <= 64  # batches held back, at most
     judged = guard.consumed - guard.pending
     assert rule.detector.consumed + sum(map(len, rule.waiting)) == judged
+
+
+def test_a_short_call_builds_only_the_rules_that_could_trip_in_it() -> None:
+    # A rule is built when first handed text: in a 200-character call, only those that can
+    # trip that early (cycle's least span is 192 in reasoning) are.
+    text = "The user wants the upload retried with backoff; first I read the client. " * 3
+    guard = ChannelGuard("reasoning")
+    for piece in cut(text[:200], 0):
+        assert guard.feed(piece) is None
+    assert guard.flush() is None
+    built = {type(r.detector).__name__ for r in guard._quiet if r.detector is not None}
+    assert built == {"CycleDetector"}
+    assert len(guard._quiet) == 8
+    rng = random.Random(5)
+    for piece in cut(" ".join("".join(rng.choices("abcdefgh", k=6)) for _ in range(1000)), 0):
+        assert guard.feed(piece) is None
+    assert all(r.detector is not None for r in guard._quiet)  # all of them, 7,000 in

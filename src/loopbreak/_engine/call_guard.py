@@ -9,9 +9,10 @@ rules that judge across calls.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from functools import partial
+from typing import TypeGuard, cast
 
 from loopbreak._config import Config
 from loopbreak._engine.detectors import (
@@ -39,38 +40,74 @@ def _check_channel(channel: str) -> None:
 
 def build_detectors(channel: Channel, config: Config) -> list[Detector]:
     """Every single-call rule that watches ``channel`` under ``config``, in tie-break order."""
+    return [make() for make in _detector_makers(channel, config)]
+
+
+def _detector_makers(channel: Channel, config: Config) -> list[Callable[[], Detector]]:
+    """How to build each of ``build_detectors``' rules, in the same order."""
     _check_channel(channel)
-    detectors: list[Detector] = []
+    makers: list[Callable[[], Detector]] = []
     if channel == "reasoning":
         if config.degeneracy.enabled:
-            detectors.append(DegeneracyDetector(config.degeneracy, channel))
+            makers.append(partial(DegeneracyDetector, config.degeneracy, channel))
         if config.block_repeat.enabled:
-            detectors.append(BlockRepeatDetector(config.block_repeat, channel,
-                                                 compiled=config.judging.compiled != "off"))
+            makers.append(partial(BlockRepeatDetector, config.block_repeat, channel,
+                                  compiled=config.judging.compiled != "off"))
     elif config.degeneracy.enabled and config.degeneracy.on_text:
-        detectors.append(DegeneracyDetector(config.degeneracy, channel))
+        makers.append(partial(DegeneracyDetector, config.degeneracy, channel))
     if config.cycle.max_period:
-        detectors.append(CycleDetector(config.cycle, channel))
+        makers.append(partial(CycleDetector, config.cycle, channel))
         if config.counter_cycle.enabled:
-            detectors.append(CounterCycleDetector(config.counter_cycle, config.cycle, channel))
+            makers.append(partial(CounterCycleDetector, config.counter_cycle, config.cycle,
+                                  channel))
     if config.char_run.max_run:
-        detectors.append(CharRunDetector(config.char_run, channel))
+        makers.append(partial(CharRunDetector, config.char_run, channel))
     if config.char_flood.enabled:
-        detectors.append(CharFloodDetector(config.char_flood, channel))
+        makers.append(partial(CharFloodDetector, config.char_flood, channel))
     if config.progression.min_terms:
-        detectors.append(ProgressionDetector(config.progression, channel))
+        makers.append(partial(ProgressionDetector, config.progression, channel))
     if config.control_tokens.min_tokens:
-        detectors.append(ControlTokensDetector(config.control_tokens, channel))
+        makers.append(partial(ControlTokensDetector, config.control_tokens, channel))
     if config.lines.min_mass:
-        detectors.append(LinesDetector(config.lines, channel))
+        makers.append(partial(LinesDetector, config.lines, channel))
     stale = config.stale_words
     if stale.enabled and (channel == "text" or stale.on_reasoning):
-        detectors.append(StaleWordsDetector(stale, channel))
+        makers.append(partial(StaleWordsDetector, stale, channel))
     if channel == "text" and config.identical_chunks.max_repeats:
-        detectors.append(IdenticalChunksDetector(config.identical_chunks, channel))
+        makers.append(partial(IdenticalChunksDetector, config.identical_chunks, channel))
     if channel == "reasoning" and config.limits.max_reasoning_chars:
-        detectors.append(CharCapDetector(config.limits.max_reasoning_chars, channel))
-    return detectors
+        makers.append(partial(CharCapDetector, config.limits.max_reasoning_chars, channel))
+    return makers
+
+
+DEFAULT_CONFIG = Config()
+"""The config of a guard given none: one object, so every such guard finds its rules' plan."""
+
+_PER_DELTA = -2  # a rule that sees a batch's deltas one by one
+_ALWAYS = -1  # a rule judged on every batch
+# By channel and config (by identity: hashing a whole config costs more than building a
+# guard): how to build each rule, and how far a new one cannot trip (or one of the above).
+# A few entries per process; a sweep over many configs starts it over.
+_PLANS: dict[tuple[Channel, int], tuple[Config, list[tuple[Callable[[], Detector], int]]]] = {}
+
+
+def _plan(channel: Channel, config: Config) -> list[tuple[Callable[[], Detector], int]]:
+    kept = _PLANS.get((channel, id(config)))
+    if kept is not None and kept[0] is config:
+        return kept[1]
+    plan = []
+    for make in _detector_makers(channel, config):
+        detector = make()
+        if isinstance(detector, IdenticalChunksDetector):
+            plan.append((make, _PER_DELTA))
+        elif _says_quiet(detector):
+            plan.append((make, max(0, detector.quiet_through)))
+        else:
+            plan.append((make, _ALWAYS))
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[(channel, id(config))] = (config, plan)
+    return plan
 
 
 class ChannelGuard:
@@ -91,7 +128,7 @@ class ChannelGuard:
     def __init__(self, channel: Channel, config: Config | None = None,
                  grams: GramSet | None = None, sample: list[str] | None = None,
                  sample_chars: int = 0) -> None:
-        cfg = config or Config()
+        cfg = config or DEFAULT_CONFIG
         self.channel: Channel = channel
         # Every character fed is added to ``grams`` a batch at a time (trip or not): a
         # gram set fed each token-sized delta costs more than every rule together.
@@ -100,24 +137,24 @@ class ChannelGuard:
         # time too (the answer the monologue rule reads), not a delta at a time.
         self._sample = sample
         self._sample_left = sample_chars if sample is not None else 0
-        detectors = build_detectors(channel, cfg)
         # (tie-break index, detector): the rule whose decision depends on the split sees
         # the batch's deltas one by one; the others see them joined.
-        self._per_delta = [(i, d) for i, d in enumerate(detectors)
-                           if isinstance(d, IdenticalChunksDetector)]
+        self._per_delta: list[tuple[int, IdenticalChunksDetector]] = []
         self._detectors: list[tuple[int, Detector]] = []
         # The rules that say how far they cannot trip: each is handed the text that comes
         # meanwhile at once, when a batch ends past that point (a block rule judges blocks
         # of 128 characters and trips after a streak of them: judged every 64 characters,
-        # it mostly only waited).
+        # it mostly only waited). Each is built when first handed text: a short call, or
+        # one cut early, never builds most of them.
         self._quiet: list[_QuietRule] = []
-        for i, detector in enumerate(detectors):
-            if isinstance(detector, IdenticalChunksDetector):
-                continue
-            if _says_quiet(detector):
-                self._quiet.append(_QuietRule(i, detector))
+        for i, (make, quiet_through) in enumerate(_plan(channel, cfg)):
+            if quiet_through >= 0:
+                self._quiet.append(_QuietRule(i, cast(Callable[[], QuietDetector], make),
+                                              quiet_through))
+            elif quiet_through == _PER_DELTA:
+                self._per_delta.append((i, make()))  # type: ignore[arg-type]
             else:
-                self._detectors.append((i, detector))
+                self._detectors.append((i, make()))
         self._batch = cfg.judging.batch_chars
         self._pending: list[str] = []
         # Characters still to come before the batch is judged: feed() keeps one counter,
@@ -192,13 +229,16 @@ class ChannelGuard:
             if judged <= rule.quiet_through and len(waiting) < _MOST_WAITING:
                 waiting.append(text)
                 continue
+            quiet = rule.detector
+            if quiet is None:
+                quiet = rule.detector = rule.make()
             if waiting:
                 waiting.append(text)
-                trip = rule.detector.feed("".join(waiting))
+                trip = quiet.feed("".join(waiting))
                 waiting.clear()
             else:
-                trip = rule.detector.feed(text)
-            rule.quiet_through = rule.detector.quiet_through
+                trip = quiet.feed(text)
+            rule.quiet_through = quiet.quiet_through
             if trip is not None and (first is None or (trip.at, rule.index)
                                      < (first[1].at, first[0])):
                 first = (rule.index, trip)
@@ -216,14 +256,17 @@ def _says_quiet(detector: Detector) -> TypeGuard[QuietDetector]:
 
 
 class _QuietRule:
-    """A rule that says how far it cannot trip, with the batches held back from it."""
+    """A rule that says how far it cannot trip, with the batches held back from it; built
+    when first handed text."""
 
-    __slots__ = ("detector", "index", "quiet_through", "waiting")
+    __slots__ = ("detector", "index", "make", "quiet_through", "waiting")
 
-    def __init__(self, index: int, detector: QuietDetector) -> None:
+    def __init__(self, index: int, make: Callable[[], QuietDetector],
+                 quiet_through: int) -> None:
         self.index = index
-        self.detector = detector
-        self.quiet_through = detector.quiet_through
+        self.make = make
+        self.detector: QuietDetector | None = None
+        self.quiet_through = quiet_through
         self.waiting: list[str] = []
 
 
@@ -312,7 +355,7 @@ class CallGuard:
     """
 
     def __init__(self, config: Config | None = None, *, track_grams: bool = False) -> None:
-        self._config = config or Config()
+        self._config = config or DEFAULT_CONFIG
         self._grams = (GramSet(compiled=self._config.judging.compiled != "off")
                        if track_grams else None)
         # Each channel's rules are built when the channel first streams: most calls stream

@@ -39,7 +39,7 @@ def scan(
         raise InputError(f"channel must be one of {', '.join(CHANNELS)}, not {channel!r}")
     pieces = iter_deltas(text_or_pieces, delta_chars) if isinstance(text_or_pieces, str) \
         else text_or_pieces
-    guard = ChannelGuard(channel, config or Config())
+    guard = ChannelGuard(channel, config)
     # Ends of the recent pieces: the guard finds a trip up to a batch late, the contract's
     # offset is the end of the piece that holds it.
     ends: deque[int] = deque()

@@ -97,10 +97,10 @@ class BlockRepeatDetector:
         self._exact_run = 0
         self._novelty_run = 0
         self._code_in_run = False
-        self.quiet_through = 0
         # The least streak of each kind that can trip (0: none can).
         novelty = [n for n in (cfg.novelty_streak, cfg.novelty_streak_code) if n]
         self._least_novelty = min(novelty, default=0)
+        self._settle_quiet()
 
     @property
     def consumed(self) -> int:
@@ -123,23 +123,26 @@ class BlockRepeatDetector:
         self._compared_texts.clear()
         self._exact_run = self._novelty_run = 0
         self._code_in_run = False
-        self.quiet_through = 0
+        self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
         for block, end in self._cutter.push(delta):
             trip = self._judge(block, end)
             if trip is not None:
                 return trip
+        self._settle_quiet()
+        return None
+
+    def _settle_quiet(self) -> None:
         # A trip needs a streak's missing blocks, the next one first.
-        blocks = _NEVER
+        missing = _NEVER
         cfg = self._config
         if cfg.exact_streak:
-            blocks = cfg.exact_streak - self._exact_run
+            missing = cfg.exact_streak - self._exact_run
         if self._least_novelty:
-            blocks = min(blocks, self._least_novelty - self._novelty_run)
+            missing = min(missing, self._least_novelty - self._novelty_run)
         cutter = self._cutter
-        self.quiet_through = cutter.next_end - 1 + cutter.size * max(0, blocks - 1)
-        return None
+        self.quiet_through = cutter.next_end - 1 + cutter.size * max(0, missing - 1)
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config

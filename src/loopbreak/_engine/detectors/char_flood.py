@@ -57,7 +57,7 @@ class CharFloodDetector:
         self._max_distinct = int((1.0 - cfg.min_share) * cfg.block_chars) + 4
         self._char = ""
         self._run = 0
-        self.quiet_through = 0
+        self._settle_quiet()
 
     @property
     def consumed(self) -> int:
@@ -67,7 +67,7 @@ class CharFloodDetector:
         self._cutter.reset()
         self._char = ""
         self._run = 0
-        self.quiet_through = 0
+        self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
         for block, end in self._cutter.push(delta):
@@ -80,11 +80,14 @@ class CharFloodDetector:
                 return Trip(CHAR_FLOOD, self._channel, self.consumed, end,
                             {"char": char, "blocks": self._run,
                              "block_chars": self._cutter.size})
+        self._settle_quiet()
+        return None
+
+    def _settle_quiet(self) -> None:
         # A trip needs the streak's missing blocks (a new filler needs all of them).
         cutter = self._cutter
         self.quiet_through = (cutter.next_end - 1
                               + cutter.size * max(0, self._streak - self._run - 1))
-        return None
 
     def _filler(self, block: str) -> str:
         """The character that fills ``block`` (leaked control tokens aside), or ``""``."""

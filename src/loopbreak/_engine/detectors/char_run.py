@@ -42,15 +42,17 @@ class CharRunDetector:
         self._consumed = 0
         self._char = ""
         self._run = 0
-        self.quiet_through = 0
+        # A run must reach the lower limit.
+        self.quiet_through = self._max_run - 1
 
     @property
     def consumed(self) -> int:
         return self._consumed
 
     def reset(self) -> None:
-        self._consumed = self._run = self.quiet_through = 0
+        self._consumed = self._run = 0
         self._char = ""
+        self.quiet_through = self._max_run - 1
 
     def _limit(self, char: str) -> int:
         return self._max_layout_run if char in LAYOUT_CHARS else self._max_run

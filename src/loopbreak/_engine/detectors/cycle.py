@@ -179,7 +179,9 @@ class CycleDetector:
         # The same for the periods above _short_cap, over longer steps (see _derive).
         self._long_end = 0
         self._long: tuple[list[int], int] | None = None
-        self.quiet_through = 0
+        # No unit counts before the least span (the reading gains at most a character a
+        # character of the stream).
+        self.quiet_through = self._min_span - 1
 
     def _variant_key(self) -> tuple[object, ...]:
         """What a variant's settings depend on besides the arguments (set before this
@@ -343,7 +345,7 @@ class CycleDetector:
         self._rejected.clear()
         self._accepted.clear()
         self._multiples_upto = 0
-        self.quiet_through = 0
+        self.quiet_through = self._min_span - 1
 
     def feed(self, delta: str) -> Trip | None:
         self._consumed += len(delta)
@@ -381,12 +383,10 @@ class CycleDetector:
                     "code": code,
                     "unit": unit[:120],
                 })
-        if self._candidates == []:
-            # No window ending in this step qualifies, and the reading gains at most a
-            # character a character.
-            self.quiet_through = self._consumed + self._batch_end - self._done
-        else:
-            self.quiet_through = self._consumed
+        # No window ending in this step qualifies when its anchor recurs nowhere, none
+        # before the least span, and the reading gains at most a character a character.
+        ahead = self._batch_end - self._done if self._candidates == [] else 0
+        self.quiet_through = self._consumed + max(ahead, self._min_span - 1 - self._done)
         return None
 
     def _extend(self, piece: str) -> None:

@@ -69,7 +69,7 @@ class DegeneracyDetector:
         self._channel: Channel = channel
         self._cutter = BlockCutter(self._config.block_chars)
         self._run = 0
-        self.quiet_through = 0
+        self._settle_quiet()
         self._symbol_run = re.compile(f"{SYMBOL}{{{self._config.run_chars},}}")
 
     @property
@@ -79,7 +79,7 @@ class DegeneracyDetector:
     def reset(self) -> None:
         self._cutter.reset()
         self._run = 0
-        self.quiet_through = 0
+        self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
         for block, end in self._cutter.push(delta):
@@ -89,11 +89,14 @@ class DegeneracyDetector:
                 rule = str(evidence.pop("rule"))
                 evidence["streak"] = self._run
                 return Trip(rule, self._channel, self.consumed, end, evidence)
+        self._settle_quiet()
+        return None
+
+    def _settle_quiet(self) -> None:
         # A trip needs the streak's missing blocks, the next one first.
         cutter = self._cutter
         self.quiet_through = (cutter.next_end - 1
                               + cutter.size * max(0, self._config.streak - self._run - 1))
-        return None
 
     def judge_block(self, block: str) -> dict[str, object] | None:
         """The evidence that makes ``block`` degenerate, or ``None`` if it is not."""

@@ -87,7 +87,7 @@ class LinesDetector:
         self._counts: dict[Hashable, int] = {}
         self._mass = 0
         self._repeated = 0
-        self.quiet_through = 0
+        self._settle_quiet()
 
     @property
     def consumed(self) -> int:
@@ -95,7 +95,7 @@ class LinesDetector:
 
     def reset(self) -> None:
         self._consumed = self._partial_len = self._mass = self._repeated = 0
-        self.quiet_through = 0
+        self._settle_quiet()
         self._partial = ""
         self._overlong = False
         self._window.clear()

@@ -62,7 +62,7 @@ class ProgressionDetector:
         self._step = 0
         self._template = ""
         self._terms = 0
-        self.quiet_through = 0
+        self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
         start = self._consumed
