@@ -42,8 +42,8 @@ def test_identical_chunks_is_off_at_zero() -> None:
        limit=st.integers(min_value=2, max_value=6))
 def test_identical_chunks_decides_the_same_however_deltas_are_batched(
         deltas: list[str], cuts: list[int], limit: int) -> None:
-    # A guard hands over its deltas a batch at a time; batches with no two equal deltas in a
-    # row take a shortcut, and must leave the run where one delta at a time leaves it.
+    # A guard hands over its deltas a batch at a time; batches with too few equal deltas in
+    # a row to trip take a shortcut, and must leave the run where one delta at a time does.
     config = IdenticalChunksConfig(max_repeats=limit)
     one, batched = IdenticalChunksDetector(config), IdenticalChunksDetector(config)
     expected = None
@@ -60,6 +60,16 @@ def test_identical_chunks_decides_the_same_however_deltas_are_batched(
         i += 1
     assert (got.at, got.evidence) == (expected.at, expected.evidence) if expected else got is None
     assert batched.consumed == one.consumed == sum(map(len, deltas))
+
+
+def test_identical_chunks_counts_a_run_on_across_batches_of_it_alone() -> None:
+    # Batches that hold nothing but the run, each too short to trip, carry it on whole.
+    detector = IdenticalChunksDetector(IdenticalChunksConfig(max_repeats=6))
+    assert detector.feed_pieces(["x", "a", "a"]) is None
+    assert detector.feed_pieces(["a"]) is None
+    assert detector.feed_pieces([" a", "a\n"]) is None
+    trip = detector.feed_pieces(["a", "b"])
+    assert trip is not None and trip.at == 9 and trip.evidence["repeats"] == 6
 
 
 def test_char_cap_trips_on_the_first_character_beyond_it() -> None:

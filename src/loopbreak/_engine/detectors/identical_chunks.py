@@ -44,13 +44,21 @@ class IdenticalChunksDetector:
         """Several deltas in stream order, as they came (a guard hands over a batch at
         once); the trip, on the delta that trips, with ``offset`` at the last one."""
         consumed, last, run, limit = self._consumed, self._last, self._run, self._limit
-        if limit > 1 and isinstance(deltas, list) and "" not in deltas:
+        if limit > 1 and isinstance(deltas, list) and deltas and "" not in deltas:
             kept = list(map(str.strip, deltas))
-            if kept and kept[0] != last and not any(map(eq, kept, kept[1:])):
-                # No delta equals the one before it (most batches): no run reaches two.
-                # Checked in C, not a delta at a time.
+            # Deltas equal to the one before them, counted in C: with too few no run can
+            # reach the limit (most batches have none; a counting run's digits, a few),
+            # and only the run the batch ends in is kept, not walked a delta at a time.
+            repeats = sum(map(eq, kept, kept[1:]))
+            going_on = run if kept[0] == last else 0
+            if going_on + repeats + 1 < limit:
+                tail = kept[-1]
+                ending = 1
+                while ending < len(kept) and kept[-1 - ending] == tail:
+                    ending += 1
                 self._consumed = consumed + sum(map(len, deltas))
-                self._last, self._run = kept[-1], 1
+                self._last = tail
+                self._run = going_on + ending if ending == len(kept) else ending
                 return None
         trip = None
         for delta in deltas:
