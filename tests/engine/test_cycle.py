@@ -224,6 +224,21 @@ def test_the_least_long_period_is_found_wherever_its_long_step_falls(channel: st
             assert split is not None and (split.at, split.rule) == (whole.at, whole.rule)
 
 
+def test_working_out_the_split_reads_each_period_a_bounded_number_of_times() -> None:
+    # Every process's first guard works the split out (then keeps it): the least run above
+    # each candidate cap comes from one pass over the periods, not one pass per cap (which
+    # cost a first call ~150 ms).
+    spans = []
+
+    class Counting(CycleDetector):
+        def _span(self, period: int, pool: bool = True) -> int:
+            spans.append(period)
+            return super()._span(period, pool)
+
+    Counting(CycleConfig(), "reasoning")
+    assert len(spans) <= 3 * CycleConfig().max_period
+
+
 def test_the_default_periods_are_split_in_two() -> None:
     for channel in ("reasoning", "text"):
         detector = CycleDetector(CycleConfig(), channel)  # type: ignore[arg-type]

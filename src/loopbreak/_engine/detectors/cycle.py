@@ -237,8 +237,12 @@ class CycleDetector:
         self._short_cap = self._max_period
         self._long_half = self._long_anchor = self._long_step = 0
         best = self._search_cost(self._max_period, 0, 0, 0)
+        # The least run of the periods from p on, for every p (one pass, not one per cap).
+        least_from = [self._span(p) - p for p in range(1, self._max_period + 1)]
+        for i in range(len(least_from) - 2, -1, -1):
+            least_from[i] = min(least_from[i], least_from[i + 1])
         for cap in range(2 * self._step, self._max_period, max(1, self._step // 2)):
-            half = self._least_run(cap + 1)
+            half = max(1, least_from[cap])  # the periods above cap
             anchor = max(1, min(_ANCHOR_CHARS, half // 2))
             step = (half - anchor + 1) // self._step * self._step
             if step < 2 * self._step:
@@ -261,14 +265,13 @@ class CycleDetector:
     def consumed(self) -> int:
         return self._consumed
 
-    def _least_run(self, shortest: int = 1) -> int:
-        """The shortest run of matches any qualifying window of a period from ``shortest``
-        on ends in: its span less its period, at least. The longer it is, the longer a batch
-        that one anchor serves (three copies of a short unit hold a run of two: more than
-        half the span)."""
-        least = min((self._span(p) - p for p in range(shortest, self._max_period + 1)),
+    def _least_run(self) -> int:
+        """The shortest run of matches any qualifying window ends in: its span less its
+        period, at least. The longer it is, the longer a batch that one anchor serves
+        (three copies of a short unit hold a run of two: more than half the span)."""
+        least = min((self._span(p) - p for p in range(1, self._max_period + 1)),
                     default=(self._min_span + 1) // 2)
-        return max(1, least if shortest > 1 else min(least, self._min_span))
+        return max(1, min(least, self._min_span))
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
