@@ -120,6 +120,9 @@ class ChannelGuard:
     ``batch_chars - 1`` characters later than judging every delta). The per-delta cost
     of token-sized deltas then falls to an append. ``flush()`` judges what waits (the
     call guard does so when the channel changes, a tool call starts or the call ends).
+    A rule that says how far it cannot trip (``QuietDetector``) is handed the batches that
+    end before that point together, with the first that ends past it: the trip, and the
+    batch it is found at the end of, are the same.
     """
 
     __slots__ = ("_batch", "_detectors", "_grams", "_judged", "_left", "_pending",
