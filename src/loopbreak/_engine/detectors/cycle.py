@@ -41,7 +41,10 @@ repeat without counting (numeric CSV or a counting run once digits read as 0, a
 again: a unit judged not to count now stands for its rotations while its run
 lasts, and the nearest repeating period for its multiples, whose windows are
 repetitions of it (3,000 to 900,000 chars/s on numeric CSV, the same decisions:
-the brute-force tests check them at every split).
+the brute-force tests check them at every split). A period above a cap (626 in
+reasoning) needs two copies, so a run at least that long: those periods are looked
+up once per longer step with an anchor that far back, and each step keeps only those
+its own anchor recurs at too (a step reads ~660 characters instead of 4,096).
 
 Measured 2026-12-01 (``loopbreak calibrate``; 1,344 real loops, 25,800 clean
 streams): raising the cap from 512 to 4,096 cuts 40 more loops and trips no
