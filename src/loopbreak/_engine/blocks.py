@@ -31,11 +31,12 @@ class BlockCutter:
         """Characters pushed so far."""
         return self._consumed
 
-    @property
-    def next_end(self) -> int:
-        """The count of characters pushed when the next block completes: a rule that judges
-        blocks decides nothing before it."""
-        return self._consumed - len(self._pending) + self._size
+    def quiet_through(self, blocks: int) -> int:
+        """The count of characters pushed up to which a rule that trips on a block's end,
+        and needs ``blocks`` more blocks for it, cannot trip: the next block completes
+        first, the rest follow a block apart."""
+        next_end = self._consumed - len(self._pending) + self._size
+        return next_end - 1 + self._size * max(0, blocks - 1)
 
     def push(self, delta: str) -> list[tuple[str, int]]:
         """Add ``delta``; return the blocks it completed with the count of characters

@@ -134,15 +134,14 @@ class BlockRepeatDetector:
         return None
 
     def _settle_quiet(self) -> None:
-        # A trip needs a streak's missing blocks, the next one first.
+        # A trip needs a streak's missing blocks.
         missing = _NEVER
         cfg = self._config
         if cfg.exact_streak:
             missing = cfg.exact_streak - self._exact_run
         if self._least_novelty:
             missing = min(missing, self._least_novelty - self._novelty_run)
-        cutter = self._cutter
-        self.quiet_through = cutter.next_end - 1 + cutter.size * max(0, missing - 1)
+        self.quiet_through = self._cutter.quiet_through(missing)
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config

@@ -85,9 +85,7 @@ class CharFloodDetector:
 
     def _settle_quiet(self) -> None:
         # A trip needs the streak's missing blocks (a new filler needs all of them).
-        cutter = self._cutter
-        self.quiet_through = (cutter.next_end - 1
-                              + cutter.size * max(0, self._streak - self._run - 1))
+        self.quiet_through = self._cutter.quiet_through(self._streak - self._run)
 
     def _filler(self, block: str) -> str:
         """The character that fills ``block`` (leaked control tokens aside), or ``""``."""

@@ -69,7 +69,7 @@ class CharRunDetector:
                 return self._trip(start + limit - self._run, self._char, limit)
             if lead == len(delta):
                 self._run += lead
-                self.quiet_through = self._consumed - 1 + min(limit - self._run, self._max_run)
+                self._settle_quiet(limit)
                 return None
         for m in self._long_run.finditer(delta, lead):
             char = m.group(1)
@@ -78,10 +78,13 @@ class CharRunDetector:
                 return self._trip(start + m.start() + limit, char, limit)
         last = delta[-1]
         self._char = last
-        self._run = run = len(delta) - len(delta.rstrip(last))
-        # A trip needs the run to reach its limit, or a new run the lower one.
-        self.quiet_through = self._consumed - 1 + min(self._limit(last) - run, self._max_run)
+        self._run = len(delta) - len(delta.rstrip(last))
+        self._settle_quiet(self._limit(last))
         return None
+
+    def _settle_quiet(self, limit: int) -> None:
+        # A trip needs the run to reach its ``limit``, or a new run the lower one.
+        self.quiet_through = self._consumed - 1 + min(limit - self._run, self._max_run)
 
     def _trip(self, at: int, char: str, limit: int) -> Trip:
         return Trip(CHAR_RUN, self._channel, self._consumed, at,

@@ -93,10 +93,8 @@ class DegeneracyDetector:
         return None
 
     def _settle_quiet(self) -> None:
-        # A trip needs the streak's missing blocks, the next one first.
-        cutter = self._cutter
-        self.quiet_through = (cutter.next_end - 1
-                              + cutter.size * max(0, self._config.streak - self._run - 1))
+        # A trip needs the streak's missing blocks.
+        self.quiet_through = self._cutter.quiet_through(self._config.streak - self._run)
 
     def judge_block(self, block: str) -> dict[str, object] | None:
         """The evidence that makes ``block`` degenerate, or ``None`` if it is not."""
