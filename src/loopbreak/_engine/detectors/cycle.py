@@ -218,12 +218,14 @@ class CycleDetector:
         self._two_only = cfg.two_copies_reasoning if channel == "reasoning" else 0
         self._two_only_pool = (max(self._two_only, cfg.two_copies_pool_reasoning)
                                if channel == "reasoning" else 0)
+        least_from = self._least_runs()
         # Every qualifying window ends in a run of matches at least this long.
-        self._half = self._least_run()
+        least = least_from[0] if least_from else (self._min_span + 1) // 2
+        self._half = max(1, min(least, self._min_span))
         self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
         # A step this short keeps the anchor inside every window ending in it.
         self._step = self._half - self._anchor + 1
-        self._tier_long_periods()
+        self._tier_long_periods(least_from)
         # The least run a unit of each period needs and the most any run is measured to,
         # worked out when the period first comes up.
         self._needs: dict[int, tuple[int, int]] = {}
@@ -231,7 +233,7 @@ class CycleDetector:
                           self._long_half + self._max_period if self._long_step else 0)
                       + self._step + self._anchor + 1)
 
-    def _tier_long_periods(self) -> None:
+    def _tier_long_periods(self, least_from: list[int]) -> None:
         """Split the periods in two when that searches less: up to ``_short_cap`` each step
         looks its anchor up, as above; a longer period needs a longer run (two copies), so
         the periods above it are looked up once per ``_long_step``, a multiple of the step,
@@ -240,10 +242,6 @@ class CycleDetector:
         self._short_cap = self._max_period
         self._long_half = self._long_anchor = self._long_step = 0
         best = self._search_cost(self._max_period, 0, 0, 0)
-        # The least run of the periods from p on, for every p (one pass, not one per cap).
-        least_from = [self._span(p) - p for p in range(1, self._max_period + 1)]
-        for i in range(len(least_from) - 2, -1, -1):
-            least_from[i] = min(least_from[i], least_from[i + 1])
         for cap in range(2 * self._step, self._max_period, max(1, self._step // 2)):
             half = max(1, least_from[cap])  # the periods above cap
             anchor = max(1, min(_ANCHOR_CHARS, half // 2))
@@ -268,13 +266,16 @@ class CycleDetector:
     def consumed(self) -> int:
         return self._consumed
 
-    def _least_run(self) -> int:
-        """The shortest run of matches any qualifying window ends in: its span less its
-        period, at least. The longer it is, the longer a batch that one anchor serves
-        (three copies of a short unit hold a run of two: more than half the span)."""
-        least = min((self._span(p) - p for p in range(1, self._max_period + 1)),
-                    default=(self._min_span + 1) // 2)
-        return max(1, min(least, self._min_span))
+    def _least_runs(self) -> list[int]:
+        """For each period ``p`` (at index ``p - 1``), the shortest run of matches a
+        qualifying window of ``p`` or any longer period ends in: its span less its period, at
+        least. The longer it is, the longer a batch that one anchor serves (three copies of
+        a short unit hold a run of two: more than half the span). One pass over the periods,
+        not one per cap weighed."""
+        least_from = [self._span(p) - p for p in range(1, self._max_period + 1)]
+        for i in range(len(least_from) - 2, -1, -1):
+            least_from[i] = min(least_from[i], least_from[i + 1])
+        return least_from
 
     def _two_copies(self, period: int, pool: bool = True) -> int:
         """The span a unit of ``period`` needs besides ``min_span``: two whole copies and
