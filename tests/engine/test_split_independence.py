@@ -281,30 +281,18 @@ def test_the_rules_that_say_how_far_they_cannot_trip() -> None:
                                 "char-run", "char-flood", "progression"}
 
 
-def _quiet_property(name: str) -> Callable[[], None]:
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(data=st.data())
-    def prop(data: st.DataObject) -> None:
-        text = data.draw(st.one_of(streams(), counted_streams(), flood_streams()))
-        make = SMALL[name]
-        tripped = False
-        for pieces in (list(text), data.draw(splits(text))):
-            detector = make()
-            assert isinstance(detector, QuietDetector)
-            tripped = _keeps_its_word(detector, pieces) is not None or tripped
-        event("tripped" if tripped else "clean")
-
-    return prop
-
-
-test_cycle_keeps_its_word = _quiet_property("cycle")
-test_counter_cycle_keeps_its_word = _quiet_property("counter-cycle")
-test_block_repeat_keeps_its_word = _quiet_property("block-repeat")
-test_degeneracy_keeps_its_word = _quiet_property("degeneracy")
-test_lines_keeps_its_word = _quiet_property("lines")
-test_char_run_keeps_its_word = _quiet_property("char-run")
-test_char_flood_keeps_its_word = _quiet_property("char-flood")
-test_progression_keeps_its_word = _quiet_property("progression")
+@pytest.mark.parametrize("name", QUIET_RULES)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_each_rule_keeps_its_word(name: str, data: st.DataObject) -> None:
+    text = data.draw(st.one_of(streams(), counted_streams(), flood_streams()))
+    make = SMALL[name]
+    tripped = False
+    for pieces in (list(text), data.draw(splits(text))):
+        detector = make()
+        assert isinstance(detector, QuietDetector)
+        tripped = _keeps_its_word(detector, pieces) is not None or tripped
+    event("tripped" if tripped else "clean")
 
 
 def _every_batch_to_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
