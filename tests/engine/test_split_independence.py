@@ -275,6 +275,20 @@ def test_progression_is_quiet_as_far_as_the_shortest_numbers_can_reach(first: st
     assert trip is not None and trip.at == 10 and said == 9
 
 
+def test_block_repeat_is_quiet_until_a_streak_can_start_min_back_blocks_in() -> None:
+    # A block is compared with those min_back (3) or more behind it: the fourth block is
+    # the first that can repeat, so a loop from the first character trips at the end of
+    # the fifth (a streak of 2), and the rule says so from the start.
+    unit = "We retry the upload, then wait. "
+    assert len(unit) == 32  # SMALL["block-repeat"]'s block
+    for pieces in (list(unit * 8), [unit * 3, unit * 5], [unit[:7], unit[7:] + unit * 7]):
+        detector = SMALL["block-repeat"]()
+        assert isinstance(detector, QuietDetector)
+        assert detector.quiet_through == 159
+        trip, said = _said_before_trip(detector, pieces)
+        assert trip is not None and trip.at == 160 and said == 159
+
+
 def test_the_rules_that_say_how_far_they_cannot_trip() -> None:
     # Every rule that waits for blocks, a streak, a period's step or a mass to build up.
     assert set(QUIET_RULES) == {"cycle", "counter-cycle", "block-repeat", "degeneracy", "lines",
@@ -296,8 +310,10 @@ def test_each_rule_keeps_its_word(name: str, data: st.DataObject) -> None:
 
 
 def _every_batch_to_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A guard holds no batch back from a rule: each is judged as it completes, by every rule.
-    monkeypatch.setattr(call_guard, "_MOST_WAITING", 0)
+    # A guard takes no rule's word for how far it cannot trip: it holds no batch back, and
+    # passes over none once a batch holds a trip; each batch is judged by every rule.
+    monkeypatch.setattr(call_guard, "_says_quiet", lambda detector: False)
+    monkeypatch.setattr(call_guard, "_PLANS", {})
 
 
 def _guard_run(make: Callable[[], ChannelGuard], pieces: list[str]) -> Trip | None:

@@ -134,14 +134,17 @@ class BlockRepeatDetector:
         return None
 
     def _settle_quiet(self) -> None:
-        # A trip needs a streak's missing blocks.
+        # A trip needs a streak's missing blocks; a streak is of blocks compared with one
+        # min_back or more behind, so it starts at block min_back + 1 at the earliest (a
+        # guard restarted by a flood every few blocks never judges a block here).
         missing = _NEVER
         cfg = self._config
+        before_first = cfg.min_back - self._cutter.consumed // cfg.block_chars
         if cfg.exact_streak:
             missing = cfg.exact_streak - self._exact_run
         if self._least_novelty:
             missing = min(missing, self._least_novelty - self._novelty_run)
-        self.quiet_through = self._cutter.quiet_through(missing)
+        self.quiet_through = self._cutter.quiet_through(missing + max(0, before_first))
 
     def _judge(self, block: str, end: int) -> Trip | None:
         cfg = self._config
