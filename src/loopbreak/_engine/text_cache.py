@@ -81,4 +81,4 @@ class TextCache(Generic[V]):
 
 
 def _text_of(key: Hashable) -> str:
-    return key if isinstance(key, str) else cast(tuple[str, ...], key)[0]
+    return key if isinstance(key, str) else cast("tuple[str, ...]", key)[0]

@@ -20,12 +20,20 @@ makes the run reach its limit, however the stream is split.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from loopbreak._config import CharRunConfig
 from loopbreak._engine.charclass import LAYOUT_CHARS
 from loopbreak._engine.trip import Channel, Trip
 
 CHAR_RUN = "char-run"
+
+
+@lru_cache(maxsize=16)
+def _run_of(chars: int) -> re.Pattern[str]:
+    # One pattern per limit, not compiled per detector: a flood restarts a guard every few
+    # hundred characters, and re.compile's own cache costs a microsecond a lookup.
+    return re.compile(f"(.)\\1{{{chars - 1},}}", re.S)
 
 
 class CharRunDetector:
@@ -38,7 +46,7 @@ class CharRunDetector:
         self._max_run = cfg.max_run
         self._max_layout_run = max(cfg.max_run, cfg.max_layout_run)
         # A run shorter than the lower limit cannot trip inside one delta.
-        self._long_run = re.compile(f"(.)\\1{{{max(0, cfg.max_run - 1)},}}", re.S)
+        self._long_run = _run_of(max(1, cfg.max_run))
         self._consumed = 0
         self._char = ""
         self._run = 0

@@ -37,6 +37,7 @@ the layout gate a blank table template trips.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from loopbreak._config import DegeneracyConfig
 from loopbreak._engine.blocks import BlockCutter
@@ -60,6 +61,12 @@ SYMBOL_FLOOD = "symbol-flood"
 DEGENERATE_OUTPUT = "degenerate-output"
 
 
+@lru_cache(maxsize=16)
+def _symbol_run_of(chars: int) -> re.Pattern[str]:
+    # Compiled once per length, not per detector (see char_run's _run_of).
+    return re.compile(f"{SYMBOL}{{{chars},}}")
+
+
 class DegeneracyDetector:
     """The degeneracy rule over disjoint blocks of one channel."""
 
@@ -70,7 +77,7 @@ class DegeneracyDetector:
         self._cutter = BlockCutter(self._config.block_chars)
         self._run = 0
         self._settle_quiet()
-        self._symbol_run = re.compile(f"{SYMBOL}{{{self._config.run_chars},}}")
+        self._symbol_run = _symbol_run_of(self._config.run_chars)
 
     @property
     def consumed(self) -> int:
