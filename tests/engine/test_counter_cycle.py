@@ -26,7 +26,8 @@ def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
     """The rule as its module states it, recomputed from scratch at every character: the
     reading with every number as one ``0``, positions mapped back to the stream."""
     counter = counter or CounterCycleConfig()
-    folded = read_counters(text)
+    folded = re.sub("[0-9\uff10-\uff19]+", "0", text)
+    assert read_counters(text) == folded
     kept = [i for i, c in enumerate(text.translate(DIGITS_AS_ZERO))
             if not (c == "0" and i and text.translate(DIGITS_AS_ZERO)[i - 1] == "0")]
     assert len(kept) == len(folded)

@@ -82,7 +82,16 @@ def digits_as_zero(text: str) -> str:
 
 def read_counters(text: str) -> str:
     """``text`` as this rule reads it: every run of digits as a single ``0``."""
-    return _ZERO_RUN.sub("0", digits_as_zero(text))
+    return _one_zero_a_run(digits_as_zero(text))
+
+
+def _one_zero_a_run(mapped: str) -> str:
+    """``mapped`` (digits read as ``0``) with each run of zeros as one."""
+    # Each pass halves every run, in C: a pass per doubling of the longest run costs less
+    # than a regex match per number (a counting run, numeric CSV: half the reading's cost).
+    while "00" in mapped:
+        mapped = mapped.replace("00", "0")
+    return mapped
 
 
 def kept_positions(text: str) -> list[int]:
@@ -172,7 +181,7 @@ class CounterCycleDetector(CycleDetector):
             return mapped
         # Each run of n digits keeps its first; a run that went on from the last delta
         # keeps none here.
-        reading = _ZERO_RUN.sub("0", mapped)
+        reading = _one_zero_a_run(mapped)
         if goes_on:
             reading = reading[1:]
         done = self._done
