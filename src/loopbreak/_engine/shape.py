@@ -39,6 +39,7 @@ code span.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 CODE_SYMBOL_SHARE = 0.05
 """Share of code symbols from which text counts as code. Real loop units in the
@@ -98,10 +99,15 @@ def is_indented(line: str) -> bool:
     return line.startswith(("  ", "\t")) and not line.isspace()
 
 
+@lru_cache(maxsize=64)
 def unit_looks_like_code(unit: str) -> bool:
     """Whether a repeating unit is shaped like code, judged around the cycle so that every
     rotation of the unit gets the same answer: each position of the unit is judged once,
     with as much of the cycle before and after it as any pattern here looks at."""
+    # Kept per unit: cycle asks twice for the unit it trips on (its span, then its
+    # evidence), and a loop cut again and again (a proxy's retries, a flood that restarts
+    # the guard) brings the same units back; each answer costs some 30 us of regex work.
+    # 64 units of at most max_period characters: a bounded memory.
     if not unit:
         return False
     if "|" not in unit and not any(c.isalnum() for c in unit):
