@@ -310,8 +310,8 @@ def test_each_rule_keeps_its_word(name: str, data: st.DataObject) -> None:
 
 
 def _every_batch_to_every_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A guard takes no rule's word for how far it cannot trip: it holds no batch back, and
-    # passes over none once a batch holds a trip; each batch is judged by every rule.
+    # A guard takes no rule's word for how far it cannot trip: it holds no batch back;
+    # each batch is judged by every rule as it completes.
     monkeypatch.setattr(call_guard, "_says_quiet", lambda detector: False)
     monkeypatch.setattr(call_guard, "_PLANS", {})
 

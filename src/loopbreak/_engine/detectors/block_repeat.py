@@ -136,7 +136,7 @@ class BlockRepeatDetector:
     def _settle_quiet(self) -> None:
         # A trip needs a streak's missing blocks; a streak is of blocks compared with one
         # min_back or more behind, so it starts at block min_back + 1 at the earliest (a
-        # guard restarted by a flood every few blocks never judges a block here).
+        # flood that degeneracy cuts at its third block never has this rule built).
         missing = _NEVER
         cfg = self._config
         before_first = cfg.min_back - self._cutter.consumed // cfg.block_chars
