@@ -42,7 +42,12 @@ def _table_slots(keys: int) -> int:
 
 
 def _code_points(text: str) -> Any:
-    """``text``'s code points as the kernels read them (a lone surrogate as itself)."""
+    """``text``'s code points as the kernels read them: ASCII text as its bytes (the
+    kernels index bytes as they index an array), any other as 32-bit words (a lone
+    surrogate as itself). Encoding to UTF-32 and wrapping it in an array cost ~1 us a call
+    (block-repeat calls once a 128-character block); the ASCII bytes cost a quarter."""
+    if text.isascii():
+        return text.encode("ascii")
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
@@ -106,7 +111,7 @@ def _shingle_keys(points: Any, size: int, step: int, keys: Any, table: Any) -> i
     for at in range(table.shape[0]):  # explicit loops: numba's slice assignment is slower
         table[at] = 0
     n = 0
-    for start in range(0, points.shape[0] - size + 1, step):
+    for start in range(0, len(points) - size + 1, step):
         high, low = _key_words(points, start, size)
         mixed = _mix(high, low)
         at = _slot(keys, table, high, low, mixed)
@@ -228,7 +233,11 @@ _SIP_ROUNDS = {"siphash13": (1, 3), "siphash24": (2, 4)}
 _KEY_COLUMNS = 4  # a gram's key: _HIGH, _LOW, _HASH (the table's) and its str hash
 _STR_HASH = 3
 _GRAMS_FIRST_ROWS = 256
-_G_COUNT, _G_LEVEL, _G_CAP, _G_SIZE = range(4)
+# _G_HASHED: the rows whose str hash is filled in (the first ones). A set at level 0 keeps
+# every gram whatever its hash, so a gram's hash is worked out only when the set first
+# halves or is read at a higher level: most calls never hold 65,536 distinct grams, and
+# hashing each new gram was most of the kernel's time (~20 ns a gram).
+_G_COUNT, _G_LEVEL, _G_CAP, _G_SIZE, _G_HASHED = range(5)
 
 
 def _str_hash_secret() -> Any:
@@ -317,6 +326,24 @@ def _gram_rebuild(keys: Any, count: int, table: Any) -> None:
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def gram_hash_rows(keys: Any, first: int, count: int, size: int, secret: Any) -> None:
+    """Fill in the str hash of rows ``first`` to ``count``, from the code points their key
+    words hold."""
+    points = np.zeros(size, dtype=np.uint32)
+    in_high = min(size, 3)
+    mask = np.uint64((1 << _BITS) - 1)
+    for row in range(first, count):
+        high = keys[row, _HIGH]
+        low = keys[row, _LOW]
+        for k in range(in_high):
+            points[k] = np.uint32((high >> np.uint64(_BITS * (in_high - 1 - k))) & mask)
+        for k in range(size - in_high):
+            points[in_high + k] = np.uint32(
+                (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask)
+        keys[row, _STR_HASH] = _str_hash(points, 0, size, secret)
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
 def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
               secret: Any) -> None:
     """Add the ``size``-grams of ``points`` starting every ``stride`` characters that the
@@ -327,22 +354,28 @@ def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
     level = state[_G_LEVEL]
     cap = state[_G_CAP]
     size = state[_G_SIZE]
-    for start in range(0, points.shape[0] - size + 1, stride):
+    hashed_rows = state[_G_HASHED]
+    for start in range(0, len(points) - size + 1, stride):
         high, low = _key_words(points, start, size)
         mixed = _mix(high, low)
         at = _slot(keys, table, high, low, mixed)
         if table[at] != 0:
             continue
-        hashed = _str_hash(points, start, size, secret)
-        if hashed & ((np.uint64(1) << np.uint64(level)) - np.uint64(1)):
-            continue
+        hashed = np.uint64(0)
+        if level:
+            hashed = _str_hash(points, start, size, secret)
+            if hashed & ((np.uint64(1) << np.uint64(level)) - np.uint64(1)):
+                continue
         keys[count, _HIGH] = high
         keys[count, _LOW] = low
         keys[count, _HASH] = mixed
         keys[count, _STR_HASH] = hashed
         count += 1
         table[at] = count
+        if level:  # past level 0 every row is hashed: the set halved, or was made at a level
+            hashed_rows = count
         if count > cap:
+            gram_hash_rows(keys, hashed_rows, count, size, secret)
             while count > cap:
                 level += 1
                 sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
@@ -353,9 +386,11 @@ def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
                             keys[kept, column] = keys[row, column]
                         kept += 1
                 count = kept
+            hashed_rows = count
             _gram_rebuild(keys, count, table)
     state[_G_COUNT] = count
     state[_G_LEVEL] = level
+    state[_G_HASHED] = hashed_rows
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -390,7 +425,7 @@ class GramTable:
         # Arrays are made by the first take: a call may hold no reasoning.
         self._keys: Any = None
         self._table: Any = None
-        self._state = np.zeros(4, dtype=np.int64)
+        self._state = np.zeros(5, dtype=np.int64)
         self._state[_G_CAP] = cap
         self._state[_G_SIZE] = size
 
@@ -443,6 +478,8 @@ class GramTable:
 
     def common(self, other: GramTable, level: int) -> tuple[int, int, int]:
         """Both samples' sizes at ``level`` (at least both levels) and the grams they share."""
+        self._hash_for(level)
+        other._hash_for(level)
         if self._keys is None or other._keys is None:
             mine = 0 if self._keys is None else self._sample_size(level)
             theirs = 0 if other._keys is None else other._sample_size(level)
@@ -452,7 +489,17 @@ class GramTable:
                                            other._table, level)
         return int(mine), int(theirs), int(common)
 
+    def _hash_for(self, level: int) -> None:
+        """Fill in the str hashes a sample at ``level`` reads (at level 0 it reads none)."""
+        count = int(self._state[_G_COUNT])
+        first = int(self._state[_G_HASHED])
+        if level and first < count:
+            gram_hash_rows(self._keys, first, count, int(self._state[_G_SIZE]),
+                           STR_HASH_SECRET)
+            self._state[_G_HASHED] = count
+
     def _sample_size(self, level: int) -> int:
+        self._hash_for(level)
         count = int(self._state[_G_COUNT])
         mask = np.uint64((1 << level) - 1)
         return int(np.count_nonzero((self._keys[:count, _STR_HASH] & mask) == 0))
@@ -461,6 +508,7 @@ class GramTable:
         """The grams kept at ``level``, as strings."""
         if self._keys is None:
             return set()
+        self._hash_for(level)
         size = int(self._state[_G_SIZE])
         rows = self._keys[: int(self._state[_G_COUNT])]
         rows = rows[(rows[:, _STR_HASH] & np.uint64((1 << level) - 1)) == 0]
@@ -502,5 +550,9 @@ def warm() -> None:
     if STR_HASH_SECRET is not None:
         grams = GramTable(4, 2)
         grams.take("abcdefgh\U0001f600")
+        grams.take("ijklmnop")  # ASCII text reaches the kernels as bytes: another type
         grams.common(GramTable.of({"abcd"}, 4, grams.level), grams.level)
         grams.sample(0)
+        unhashed = GramTable(4, 64)  # grams hashed only when read at a higher level
+        unhashed.take("abcdefgh")
+        unhashed.sample(1)
