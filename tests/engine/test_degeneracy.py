@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loopbreak import DegeneracyConfig, DegeneracyDetector
+from loopbreak._engine.charclass import EMOJI, MEANING, SPACE, SYMBOL, class_string
 from loopbreak._samples import emoji_flood, star_flood, table_template
 from support import first_trip, hard_negatives
 
@@ -75,3 +78,59 @@ def test_streak_counts_consecutive_blocks() -> None:
 @pytest.mark.parametrize("name", sorted(hard_negatives()))
 def test_degeneracy_leaves_hard_negatives_alone(name: str) -> None:
     assert first_trip(DegeneracyDetector(), hard_negatives()[name]) is None
+
+
+
+# Symbols, emoji (a skin tone and a ZWJ class as space), letters, CJK marks and spaces: every
+# flag and gate of the rule can go either way on blocks drawn from these.
+_BLOCK_CHARS = list("*#=-|:+_~ \n.ab1\u3002\uff0c\u2192") + ["\U0001f600", "\U0001f525",
+                                                           "\U0001f3fb", "\u200d"]
+
+
+def _flags_by_definition(block: str, cfg: DegeneracyConfig) -> list[str] | None:
+    """The rule's flags read off its definition (``None``: a gate turns the block away)."""
+    classes = class_string(block)
+    nonspace = sum(k != SPACE for k in classes)
+    if nonspace == 0 or nonspace < cfg.min_ink_share * len(block):
+        return None
+    if not block.strip(" \t\n-|:=+_"):
+        return None
+    if classes.count(MEANING) > cfg.max_meaning_share * nonspace:
+        return None
+    noise = classes.count(SYMBOL) + classes.count(EMOJI)
+    visible = {c for c, k in zip(block, classes) if k != SPACE}
+    runs = [len(r) for r in classes.replace(SPACE, " ").replace(MEANING, " ")
+            .replace(EMOJI, " ").split() if len(r) >= cfg.run_chars]
+    flags = {
+        "noisy": noise >= cfg.min_noise_share * nonspace,
+        "low-variety": len(visible) / min(nonspace, cfg.variety_window) <= cfg.max_variety,
+        "run-heavy": max(runs, default=0) >= cfg.long_run_chars or len(runs) >= cfg.min_runs,
+        "emoji-flood": (classes.count(EMOJI) >= cfg.min_emoji
+                        and classes.count(EMOJI) >= cfg.min_emoji_share * nonspace),
+    }
+    return [name for name, up in flags.items() if up]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=st.lists(st.sampled_from(_BLOCK_CHARS), min_size=1, max_size=128).map("".join),
+       min_evidence=st.integers(1, 4), max_variety=st.sampled_from([0.05, 0.2, 0.3, 0.6, 2.0]),
+       min_noise_share=st.sampled_from([0.0, 0.3, 0.65, 0.95]),
+       min_emoji=st.integers(1, 40), min_runs=st.integers(1, 6),
+       long_run_chars=st.integers(2, 40), variety_window=st.integers(1, 128))
+def test_every_block_gets_the_verdict_and_flags_of_the_definition(
+        block: str, min_evidence: int, max_variety: float, min_noise_share: float,
+        min_emoji: int, min_runs: int, long_run_chars: int, variety_window: int) -> None:
+    # The full judgement (the block that completes a streak) and the one without evidence (the
+    # blocks before it, which read the flags only until they decide) against the definition.
+    cfg = DegeneracyConfig(
+        min_evidence=min_evidence, max_variety=max_variety, min_noise_share=min_noise_share,
+        min_emoji=min_emoji, min_runs=min_runs, long_run_chars=long_run_chars,
+        variety_window=variety_window, max_meaning_share=0.3)
+    detector = DegeneracyDetector(cfg)
+    flags = _flags_by_definition(block, cfg)
+    degenerate = flags is not None and len(flags) >= min_evidence
+    full = detector.judge_block(block)
+    assert (full is not None) is degenerate
+    assert (detector._judge(block, False) is not None) is degenerate
+    if full is not None:
+        assert full["flags"] == flags

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopbreak import CharCapDetector, IdenticalChunksConfig, IdenticalChunksDetector
+from loopbreak import CharCapDetector, Config, IdenticalChunksConfig, IdenticalChunksDetector
+from loopbreak._engine.call_guard import ChannelGuard
 from loopbreak._samples import data_text
 from support import feed_pieces, hard_negatives
 
@@ -102,3 +103,22 @@ def test_char_cap_leaves_a_long_productive_call_alone() -> None:
     detector = CharCapDetector(120_000)
     pieces = [text] * (119_000 // len(text))
     assert feed_pieces(detector, pieces)[0] is None and detector.consumed < 120_000
+
+
+@settings(max_examples=200, deadline=None)
+@given(deltas=st.lists(st.sampled_from(["a", "a ", " a", "b", "", "\n", "好。", "ab",
+                                        "\U0001f600"]), max_size=300),
+       batch=st.integers(min_value=1, max_value=64))
+def test_identical_chunks_in_a_guard_counts_every_character_it_is_handed(
+        deltas: list[str], batch: int) -> None:
+    # The guard hands it each batch with the batch's length (it joined the deltas already):
+    # the rule's count, which places its trips, is the characters judged so far.
+    config = Config().replace(**{"judging.batch_chars": batch,
+                                 "identical_chunks.max_repeats": 10_000})
+    guard = ChannelGuard("text", config)
+    ((_, rule),) = guard._per_delta
+    for delta in deltas:
+        guard.feed(delta)
+        assert rule.consumed == guard.consumed - guard.pending
+    guard.flush()
+    assert rule.consumed == sum(map(len, deltas))

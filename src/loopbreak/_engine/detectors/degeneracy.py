@@ -89,8 +89,11 @@ class DegeneracyDetector:
         self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
+        streak = self._config.streak
         for block, end in self._cutter.push(delta):
-            evidence = self.judge_block(block)
+            # Only the block that completes a streak reports its evidence: the others need
+            # their verdict alone (an emoji flood's variety costs a third of judging it).
+            evidence = self._judge(block, self._run + 1 >= streak)
             self._run = self._run + 1 if evidence is not None else 0
             if evidence is not None and self._run >= self._config.streak:
                 rule = str(evidence.pop("rule"))
@@ -105,6 +108,11 @@ class DegeneracyDetector:
 
     def judge_block(self, block: str) -> dict[str, object] | None:
         """The evidence that makes ``block`` degenerate, or ``None`` if it is not."""
+        return self._judge(block, True)
+
+    def _judge(self, block: str, evidence: bool) -> dict[str, object] | None:
+        """:meth:`judge_block`; without ``evidence`` a degenerate block gets an empty dict, and
+        the flags are read only until they decide."""
         cfg = self._config
         if not block.isascii():
             # Classing a character outside ASCII is a dict lookup: a block with more sure
@@ -125,9 +133,19 @@ class DegeneracyDetector:
             return None
         emoji = classes.count(EMOJI)
         symbols = classes.count(SYMBOL)
-        flags: list[str] = []
-        if symbols + emoji >= cfg.min_noise_share * nonspace:
-            flags.append("noisy")
+        noisy = symbols + emoji >= cfg.min_noise_share * nonspace
+        emoji_flood = emoji >= cfg.min_emoji and emoji >= cfg.min_emoji_share * nonspace
+        flags_up = noisy + emoji_flood
+        if not evidence and flags_up >= cfg.min_evidence:
+            return {}
+        runs = [len(m) for m in self._symbol_run.findall(classes)]
+        longest = max(runs, default=0)
+        run_heavy = longest >= cfg.long_run_chars or len(runs) >= cfg.min_runs
+        flags_up += run_heavy
+        if flags_up + 1 < cfg.min_evidence:
+            return None  # not even low variety would make it degenerate
+        if not evidence and flags_up >= cfg.min_evidence:
+            return {}
         # A character's class does not depend on where it stands: the distinct characters
         # less those found in the runs classed as space (a flood block is 128 characters,
         # few of them spaces; half the cost of classing each character in Python).
@@ -136,17 +154,14 @@ class DegeneracyDetector:
             visible.difference_update(*[block[m.start() : m.end()]
                                         for m in _SPACE_RUN.finditer(classes)])
         variety = len(visible) / min(nonspace, cfg.variety_window)
-        if variety <= cfg.max_variety:
-            flags.append("low-variety")
-        runs = [len(m) for m in self._symbol_run.findall(classes)]
-        longest = max(runs, default=0)
-        if longest >= cfg.long_run_chars or len(runs) >= cfg.min_runs:
-            flags.append("run-heavy")
-        emoji_flood = emoji >= cfg.min_emoji and emoji >= cfg.min_emoji_share * nonspace
-        if emoji_flood:
-            flags.append("emoji-flood")
-        if len(flags) < cfg.min_evidence:
+        low_variety = variety <= cfg.max_variety
+        if flags_up + low_variety < cfg.min_evidence:
             return None
+        if not evidence:
+            return {}
+        flags = [flag for flag, up in (("noisy", noisy), ("low-variety", low_variety),
+                                       ("run-heavy", run_heavy), ("emoji-flood", emoji_flood))
+                 if up]
         if emoji_flood:
             rule = EMOJI_FLOOD
         elif symbols >= cfg.min_noise_share * nonspace or "run-heavy" in flags:

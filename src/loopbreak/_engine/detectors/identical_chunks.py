@@ -40,9 +40,10 @@ class IdenticalChunksDetector:
     def feed(self, delta: str) -> Trip | None:
         return self.feed_pieces((delta,))
 
-    def feed_pieces(self, deltas: Iterable[str]) -> Trip | None:
+    def feed_pieces(self, deltas: Iterable[str], chars: int | None = None) -> Trip | None:
         """Several deltas in stream order, as they came (a guard hands over a batch at
-        once); the trip, on the delta that trips, with ``offset`` at the last one."""
+        once); the trip, on the delta that trips, with ``offset`` at the last one. ``chars``:
+        their length together, where the caller knows it (a guard joined them)."""
         consumed, last, run, limit = self._consumed, self._last, self._run, self._limit
         if limit > 1 and isinstance(deltas, list) and deltas and "" not in deltas:
             kept = list(map(str.strip, deltas))
@@ -56,7 +57,7 @@ class IdenticalChunksDetector:
                 ending = 1
                 while ending < len(kept) and kept[-1 - ending] == tail:
                     ending += 1
-                self._consumed = consumed + sum(map(len, deltas))
+                self._consumed = consumed + (sum(map(len, deltas)) if chars is None else chars)
                 self._last = tail
                 self._run = going_on + ending if ending == len(kept) else ending
                 return None
