@@ -155,6 +155,28 @@ def test_a_filler_beside_many_kinds_of_other_characters_is_judged_in_full(
         assert detector._top_filler(block) == ""
 
 
+@settings(max_examples=400, deadline=None)
+@given(kinds=st.integers(1, 64), base=st.sampled_from([0x100, 0x4E00, 0x1F300, 0xD800]),
+       stride=st.sampled_from([1, 7, 256, 257]), filler=st.integers(0, 63),
+       count=st.integers(0, 64), share=st.sampled_from([0.5, 0.6, 0.75, 0.85, 0.95]),
+       seed=st.integers(0, 1000))
+def test_a_block_outside_ascii_ruled_out_by_its_low_bytes_holds_no_filler(
+        kinds: int, base: int, stride: int, filler: int, count: int, share: float,
+        seed: int) -> None:
+    # Characters a stride apart share low bytes (256, CJK and astral pages, lone
+    # surrogates): the bound counts at most as many kinds as there are, around the most a
+    # filled block holds.
+    rng = random.Random(seed)
+    chars = [chr(base + stride * rng.randrange(kinds)) for _ in range(64 - count)]
+    chars += [chr(base + stride * (filler % kinds))] * count
+    rng.shuffle(chars)
+    block = "".join(chars)
+    detector = CharFloodDetector(CharFloodConfig(min_share=share))
+    if not detector.may_be_filled(block):
+        assert detector._top_filler(block) == ""
+        assert len(set(block)) > detector._max_distinct
+
+
 @pytest.mark.parametrize(("share", "size"), [(0.5, 40), (0.75, 64), (0.75, 40), (0.85, 40),
                                              (0.85, 60), (0.95, 60)])
 def test_a_block_filled_at_exactly_its_share_beside_other_kinds_is_found(share: float,

@@ -102,9 +102,13 @@ class CharFloodDetector:
         fewer characters that could fill it than the least share a filler needs (its test
         on a bound of the filler's count, read in C), or with more kinds of them than a
         filler leaves room for. Most prose and code end at the first test, numbers at the
-        second, without a set of the block's characters built."""
+        second, without a set of the block's characters built. Outside ASCII, a block whose
+        code points end in more distinct low bytes than a filled block holds characters (CJK
+        prose, emoji): each character there is a new object to the interpreter, bytes are
+        not, and no two characters share a code point."""
         if not block.isascii():
-            return True
+            low_bytes = block.encode("utf-32-le", "surrogatepass")[::4]
+            return len(set(low_bytes)) <= self._max_distinct
         fillers = block.encode().translate(None, _ASCII_NOT_FILLERS)
         if 2 * len(fillers) < self._share * len(block):
             return False
