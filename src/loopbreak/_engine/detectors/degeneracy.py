@@ -92,7 +92,8 @@ class DegeneracyDetector:
         streak = self._config.streak
         for block, end in self._cutter.push(delta):
             # Only the block that completes a streak reports its evidence: the others need
-            # their verdict alone (an emoji flood's variety costs a third of judging it).
+            # their verdict alone (an emoji flood's variety, a set of astral characters, was
+            # about half of judging its block).
             evidence = self._judge(block, self._run + 1 >= streak)
             self._run = self._run + 1 if evidence is not None else 0
             if evidence is not None and self._run >= self._config.streak:
