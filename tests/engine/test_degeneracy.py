@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loopbreak import DegeneracyConfig, DegeneracyDetector
@@ -117,6 +117,9 @@ def _flags_by_definition(block: str, cfg: DegeneracyConfig) -> list[str] | None:
        min_noise_share=st.sampled_from([0.0, 0.3, 0.65, 0.95]),
        min_emoji=st.integers(1, 40), min_runs=st.integers(1, 6),
        long_run_chars=st.integers(2, 40), variety_window=st.integers(1, 128))
+# Every flag up at once (random blocks seldom raise run-heavy beside emoji-flood): the order.
+@example(block="\U0001f600" * 60 + "*** " * 17, min_evidence=1, max_variety=2.0,
+         min_noise_share=0.3, min_emoji=8, min_runs=1, long_run_chars=3, variety_window=128)
 def test_every_block_gets_the_verdict_and_flags_of_the_definition(
         block: str, min_evidence: int, max_variety: float, min_noise_share: float,
         min_emoji: int, min_runs: int, long_run_chars: int, variety_window: int) -> None:
