@@ -45,7 +45,7 @@ def _code_points(text: str) -> Any:
     """``text``'s code points as the kernels read them: ASCII text as its bytes (the
     kernels index bytes as they index an array), any other as 32-bit words (a lone
     surrogate as itself). Encoding to UTF-32 and wrapping it in an array cost ~1 us a call
-    (block-repeat calls once a 128-character block); the ASCII bytes cost a quarter."""
+    (block-repeat calls once a 128-character block); the ASCII bytes cost a fifth."""
     if text.isascii():
         return text.encode("ascii")
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -80,6 +80,19 @@ def _key_words(points: Any, start: int, size: int) -> Any:
         else:
             low = (low << np.uint64(_BITS)) | np.uint64(points[start + k])
     return high, low
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _key_points(high: Any, low: Any, size: int, points: Any, at: int) -> None:
+    """Write the ``size`` code points a key's two words hold to ``points`` from ``at`` (the
+    inverse of :func:`_key_words`)."""
+    in_high = min(size, 3)
+    mask = np.uint64((1 << _BITS) - 1)
+    for k in range(in_high):
+        points[at + k] = np.uint32((high >> np.uint64(_BITS * (in_high - 1 - k))) & mask)
+    for k in range(size - in_high):
+        points[at + in_high + k] = np.uint32(
+            (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask)
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -330,17 +343,18 @@ def gram_hash_rows(keys: Any, first: int, count: int, size: int, secret: Any) ->
     """Fill in the str hash of rows ``first`` to ``count``, from the code points their key
     words hold."""
     points = np.zeros(size, dtype=np.uint32)
-    in_high = min(size, 3)
-    mask = np.uint64((1 << _BITS) - 1)
     for row in range(first, count):
-        high = keys[row, _HIGH]
-        low = keys[row, _LOW]
-        for k in range(in_high):
-            points[k] = np.uint32((high >> np.uint64(_BITS * (in_high - 1 - k))) & mask)
-        for k in range(size - in_high):
-            points[in_high + k] = np.uint32(
-                (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask)
+        _key_points(keys[row, _HIGH], keys[row, _LOW], size, points, 0)
         keys[row, _STR_HASH] = _str_hash(points, 0, size, secret)
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def gram_points(rows: Any, size: int) -> Any:
+    """The code points of ``rows``' grams, one gram after another."""
+    points = np.zeros(rows.shape[0] * size, dtype=np.uint32)
+    for row in range(rows.shape[0]):
+        _key_points(rows[row, _HIGH], rows[row, _LOW], size, points, row * size)
+    return points
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
@@ -512,15 +526,7 @@ class GramTable:
         size = int(self._state[_G_SIZE])
         rows = self._keys[: int(self._state[_G_COUNT])]
         rows = rows[(rows[:, _STR_HASH] & np.uint64((1 << level) - 1)) == 0]
-        points = np.zeros((len(rows), size), dtype=np.uint32)
-        high, low = rows[:, _HIGH], rows[:, _LOW]
-        mask = np.uint64((1 << _BITS) - 1)
-        in_high = min(size, 3)
-        for k in range(in_high):
-            points[:, k] = (high >> np.uint64(_BITS * (in_high - 1 - k))) & mask
-        for k in range(size - in_high):
-            points[:, in_high + k] = (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask
-        text = points.tobytes().decode("utf-32-le", "surrogatepass")
+        text = gram_points(rows, size).tobytes().decode("utf-32-le", "surrogatepass")
         return {text[i : i + size] for i in range(0, len(text), size)}
 
 
