@@ -80,7 +80,6 @@ def test_degeneracy_leaves_hard_negatives_alone(name: str) -> None:
     assert first_trip(DegeneracyDetector(), hard_negatives()[name]) is None
 
 
-
 # Symbols, emoji (a skin tone and a ZWJ class as space), letters, CJK marks and spaces: every
 # flag and gate of the rule can go either way on blocks drawn from these.
 _BLOCK_CHARS = list("*#=-|:+_~ \n.ab1\u3002\uff0c\u2192") + ["\U0001f600", "\U0001f525",
