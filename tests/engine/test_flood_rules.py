@@ -193,6 +193,52 @@ def test_a_block_filled_at_exactly_its_share_beside_other_kinds_is_found(share: 
     assert not detector.may_be_filled(one_more_kind)
 
 
+def _char_flood_by_definition(text: str, config: CharFloodConfig) -> tuple[int, str] | None:
+    """Where char-flood trips, judging every block in order (the rule's definition): the
+    count of characters at the end of the block that completes the streak, and its filler."""
+    judge = CharFloodDetector(config)._filler
+    size = config.block_chars
+    char, run = "", 0
+    for end in range(size, len(text) + 1, size):
+        filler = judge(text[end - size : end])
+        run = run + 1 if filler and filler == char else (1 if filler else 0)
+        char = filler
+        if run >= config.streak:
+            return end, char
+    return None
+
+
+_FLOOD_BLOCKS = {
+    "prose": "Each block of this stream reads as plain words, nothing fills it at all. ",
+    "stars": "*" * 64,
+    "dots": "." * 60 + " a b",
+    "zeros": "0" * 56 + "1,2,3,4,",
+    "bangs": "!" * 64,
+    "half": "*" * 32 + "The rest of this block is prose.",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(_FLOOD_BLOCKS)), min_size=1, max_size=40),
+       streak=st.integers(1, 6), block_chars=st.sampled_from([16, 32, 64]),
+       shift=st.integers(0, 63), seed=st.integers(0, 10_000))
+@example(kinds=["prose", "stars", "stars", "stars", "dots", "stars", "stars", "stars", "stars"],
+         streak=4, block_chars=64, shift=0, seed=0)
+def test_char_flood_trips_where_judging_every_block_in_order_does(
+        kinds: list[str], streak: int, block_chars: int, shift: int, seed: int) -> None:
+    # The rule judges a streak's last block first and the ones before it only while they
+    # hold its filler: runs broken, resumed, of another filler, floods longer than a
+    # streak, fed in batches of any size (a guard hands a quiet rule many blocks at once).
+    text = "x" * shift + "".join(_FLOOD_BLOCKS[kind] for kind in kinds)
+    config = CharFloodConfig(streak=streak, block_chars=block_chars)
+    rng = random.Random(seed)
+    trip, _ = feed_pieces(CharFloodDetector(config), split_random(text, rng, longest=400))
+    expected = _char_flood_by_definition(text, config)
+    assert (None if trip is None else (trip.at, trip.evidence["char"])) == expected
+    if trip is not None:
+        assert trip.evidence["blocks"] == streak
+
+
 # --- control-tokens -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("token", ["<|im_start|>\n", "<|im_end|>\n<|im_start|>", "<unk|LLM-jp> ",

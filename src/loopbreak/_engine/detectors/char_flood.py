@@ -70,14 +70,30 @@ class CharFloodDetector:
         self._settle_quiet()
 
     def feed(self, delta: str) -> Trip | None:
-        for block, end in self._cutter.push(delta):
-            char = self._filler(block)
-            if char and char == self._char:
-                self._run += 1
+        blocks = self._cutter.push(delta)
+        # Blocks are judged out of order, none twice: first the block a streak would first
+        # trip at, then the ones before it only while they hold its filler. Clean text (no
+        # block filled) costs a block a streak instead of every block; the run and the trip
+        # are the ones judging them in order gives.
+        filler = self._filler
+        done = 0  # blocks whose run is known: (self._char, self._run) after them
+        while done < len(blocks):
+            probe = min(done + self._streak - self._run, len(blocks))
+            char = filler(blocks[probe - 1][0])
+            if not char:
+                self._char, self._run = "", 0
+                done = probe
+                continue
+            start = probe - 1
+            while start > done and filler(blocks[start - 1][0]) == char:
+                start -= 1
+            if start == done and char == self._char:  # a run (none has the filler "")
+                self._run += probe - done
             else:
-                self._char, self._run = char, 1 if char else 0
+                self._char, self._run = char, probe - start
+            done = probe
             if self._run >= self._streak:
-                return Trip(CHAR_FLOOD, self._channel, self.consumed, end,
+                return Trip(CHAR_FLOOD, self._channel, self.consumed, blocks[probe - 1][1],
                             {"char": char, "blocks": self._run,
                              "block_chars": self._cutter.size})
         self._settle_quiet()

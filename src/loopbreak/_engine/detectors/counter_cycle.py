@@ -55,6 +55,8 @@ _ASCII_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _ZERO_RUN = re.compile("0{2,}")
 # A character a word of letters is made of (``_WORD``'s letters, CJK included).
 _LETTER = re.compile(r"[^\W\d_]")
+# How far back from a step's end a letter is looked for first.
+_LETTER_TAIL = 64
 _NONZERO_DIGIT = re.compile("[1-9\uff10-\uff19]")
 # Every CJK character is a word of its own (CJK prose has no spaces); anything else
 # between spaces or CJK characters is a token.
@@ -145,16 +147,22 @@ class CounterCycleDetector(CycleDetector):
         # Digits dropped by the deltas no longer kept.
         self._forgotten = 0
         # A unit that counts holds a word of letters (when words are asked for at all): the
-        # reading position where the last delta holding a letter ended (0: none yet).
+        # reading position just past the last letter found (0: none yet), and how far the
+        # reading has been searched for one (only when a step asks: prose answers at once).
         self._letters_needed = cfg.min_word_share > 0
         self._letter_end = 0
+        self._letters_read = 0
+        # The same for a number (read as ``0``): a unit that counts holds one.
+        self._number_end = 0
+        self._numbers_read = 0
 
     def reset(self) -> None:
         super().reset()
         self._after_digit = False
         self._drops.clear()
         self._forgotten = 0
-        self._letter_end = 0
+        self._letter_end = self._letters_read = 0
+        self._number_end = self._numbers_read = 0
 
     def _variant_key(self) -> tuple[object, ...]:
         return (self._copies,)
@@ -164,10 +172,7 @@ class CounterCycleDetector(CycleDetector):
         return self._copies * period + self._past_two
 
     def _reading(self, delta: str) -> str:
-        reading = self._read_delta(delta)
-        if self._letters_needed and _LETTER.search(reading) is not None:
-            self._letter_end = self._done + len(reading)
-        return reading
+        return self._read_delta(delta)
 
     def _read_delta(self, delta: str) -> str:
         """``delta`` as ``read_counters`` reads it, a number begun in the last delta going
@@ -249,9 +254,37 @@ class CounterCycleDetector(CycleDetector):
         # without numbers costs one search less, numbers without words, a CSV or a counting
         # run, cost none: they once cost this rule more than any other).
         low = n0 + 1 - self._max_period
-        if self._letter_end <= low and self._letters_needed:
+        if self._letter_end <= low and self._letters_needed and not self._letter_since(low, n1):
             return False
-        return self._buf.find("0", max(0, low - self._base), n1 - self._base) >= 0
+        if self._number_end > low:
+            return True
+        # The last number read serves the steps until ``low`` passes it; no ``0`` lies
+        # between it and where the search reached.
+        base = self._base
+        at = self._buf.rfind("0", max(0, max(low, self._numbers_read) - base), n1 - base)
+        self._numbers_read = n1
+        if at < 0:
+            return False
+        self._number_end = at + base + 1
+        return True
+
+    def _letter_since(self, low: int, n1: int) -> bool:
+        """Whether a letter lies in the reading's [low, n1), ``_letter_end`` past
+        ``low``. No letter lies in [_letter_end, _letters_read): what is searched once is
+        not searched again (``low`` only grows)."""
+        base = self._base
+        start = max(0, max(low, self._letters_read) - base)
+        # The last characters first: a letter found there serves the steps of about a
+        # period to come, one found near ``low`` only this one (prose asked every step).
+        tail = max(start, n1 - base - _LETTER_TAIL)
+        found = _LETTER.search(self._buf, tail, n1 - base)
+        if found is None and tail > start:
+            found = _LETTER.search(self._buf, start, tail)
+        if found is None:
+            self._letters_read = n1
+            return False
+        self._letter_end = self._letters_read = found.end() + base
+        return True
 
     def _counted_prose(self, unit: str) -> bool:
         numbers = unit.count("0")

@@ -359,25 +359,35 @@ class CycleDetector:
         if not self._max_period:
             return None
         delta = self._reading(delta)
-        start = 0
-        while start < len(delta):
-            if self._done >= self._batch_end:
+        # The buffer takes the whole delta at once: a step reads only what lies before its
+        # own end, so the text after it changes nothing (and a delta spanning two steps,
+        # the common case, costs one concatenation, not two).
+        self._extend(delta)
+        # The loop keeps the step's state in locals (one delta spans a step or two; an
+        # attribute read costs as much as the rest of a skipped step).
+        done = self._done
+        end = done + len(delta)
+        batch_end = self._batch_end
+        candidates = self._candidates
+        while done < end:
+            if done >= batch_end:
                 # A new batch of at most one step: every window ending in it holds the same
                 # anchor, so its candidate periods are looked up once for all its deltas.
-                self._batch_end = self._done + self._step
-                self._candidates = None
-                if self._done >= self._long_end and self._long_step:
-                    self._long_end = self._done + self._long_step
+                batch_end = self._batch_end = done + self._step
+                candidates = self._candidates = None
+                if done >= self._long_end and self._long_step:
+                    self._long_end = done + self._long_step
                     self._long = None
-            take = self._batch_end - self._done
-            piece = delta[start : start + take]
-            start += take
-            if self._candidates == []:
+            n1 = batch_end if batch_end < end else end
+            if candidates is not None and not candidates:
                 # The batch's anchor recurs nowhere (most batches of clean text): no window
                 # ending in it can qualify, and nothing was measured to keep.
-                self._extend(piece)
+                done = n1
                 continue
-            hit = self._advance(piece)
+            self._done = done
+            hit = self._advance(n1)
+            done = n1
+            candidates = self._candidates
             if hit is not None:
                 at, period = hit
                 unit = self._buf[at - self._base - period : at - self._base]
@@ -390,30 +400,32 @@ class CycleDetector:
                     "code": code,
                     "unit": unit[:120],
                 })
+        self._done = done
         # No window ending in this step qualifies when its anchor recurs nowhere, none
         # before the least span, and the reading gains at most a character a character.
-        ahead = self._batch_end - self._done if self._candidates == [] else 0
-        self.quiet_through = self._consumed + max(ahead, self._min_span - 1 - self._done)
+        ahead = batch_end - done if candidates is not None and not candidates else 0
+        least = self._min_span - 1 - done
+        self.quiet_through = self._consumed + (ahead if ahead > least else least)
         return None
 
-    def _extend(self, piece: str) -> None:
-        """Take ``piece`` into the buffer, forgetting what no window can reach."""
-        self._done += len(piece)
+    def _extend(self, delta: str) -> None:
+        """Take ``delta`` into the buffer, first forgetting what no step from the current
+        position on can reach (``_done`` stays: the steps move it)."""
         # Drop the attribute's reference first: with the local as the only one, CPython
-        # extends the string in place instead of copying the whole buffer each step.
+        # extends the string in place instead of copying the whole buffer each time.
         buf = self._buf
         self._buf = ""
-        buf += piece
         if len(buf) > 2 * self._keep:
             cut = len(buf) - self._keep
             buf = buf[cut:]
             self._base += cut
+        buf += delta
         self._buf = buf
 
-    def _advance(self, piece: str) -> tuple[int, int] | None:
+    def _advance(self, n1: int) -> tuple[int, int] | None:
+        """Judge the windows ending in (``_done``, ``n1``]; the buffer holds them."""
         n0 = self._done
-        self._extend(piece)
-        n1 = self._done
+        self._done = n1
         if n1 < self._min_span:
             return None
         if not self._may_end_here(n0, n1):
@@ -504,7 +516,10 @@ class CycleDetector:
         upto = 0
         if shortest == 1:
             q = buf.rfind(anchor, low, end) if end - low >= g else -1
-            flood = q >= 0 and 2 * (rel - q) <= g
+            if q < 0:
+                # Recurs nowhere (most steps of clean text): searching again finds no more.
+                return periods, upto
+            flood = 2 * (rel - q) <= g
         else:
             # Only the recurrences within the anchor itself are looked for here.
             q = buf.rfind(anchor, max(low, rel - g // 2), rel - 1 + g) if rel - 1 >= low else -1
