@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopbreak import ChannelGuard, Config, CounterCycleConfig, CycleConfig
-from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector
+from loopbreak._engine.detectors import CounterCycleDetector, CycleDetector, counter_cycle
 from loopbreak._engine.detectors.counter_cycle import DIGITS_AS_ZERO, read_counters, word_share
 from loopbreak._engine.shape import unit_looks_like_code
+from loopbreak._engine.trip import Channel
 from loopbreak.offline.corpus import smollm2_lists
 from support import feed_pieces, first_trip, split_fixed, split_random
 
@@ -130,6 +131,42 @@ def test_a_unit_whose_only_letter_starts_the_window_is_still_judged(period: int)
         assert expected is not None
         trip, _ = feed_pieces(CounterCycleDetector(counter, cfg, "text"), split_fixed(text, 1))
         assert trip is not None and (trip.at, trip.evidence["period"]) == expected
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 1000])
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_a_unit_whose_only_letter_lies_far_behind_every_step_end_is_still_judged(
+        monkeypatch: pytest.MonkeyPatch, channel: Channel, steps: int) -> None:
+    # A step asks whether a letter lies in its window and looks near the step's end first.
+    # Here the unit is one step long, its one letter starts every step and the deltas end
+    # where steps do (as a guard's batches can), so no step finds a letter near its end: the
+    # search must go on back to the window's start. The trip is the one a search of the
+    # whole window finds (searching the end alone never trips: tried).
+    counter = CounterCycleConfig(min_word_share=0.002)
+    step = CounterCycleDetector(counter, channel=channel)._step
+    assert step > 2 * counter_cycle._LETTER_TAIL
+
+    def unit(n: int) -> str:
+        # Read with the number as one 0: exactly a step long, the letter first.
+        marks = "".join("%;:=~!?#&@^|,"[i % 13] + " " for i in range(step))
+        return f"x {n} " + marks[: step - 5] + " "
+
+    # Dots first, whole steps of them past the longest period, so that every step of the
+    # units asks (none asks while a letter could still lie before the stream's start).
+    lead = "." * step * (counter.max_period // step + 1)
+    text = lead + "".join(unit(n) for n in range(10, 30))
+    assert len(read_counters(unit(10))) == step
+
+    def trip_at() -> tuple[int, int] | None:
+        trip, _ = feed_pieces(CounterCycleDetector(counter, channel=channel),
+                              split_fixed(text, steps * step))
+        return None if trip is None else (trip.at, trip.evidence["period"])
+
+    found = trip_at()
+    monkeypatch.setattr(counter_cycle, "_LETTER_TAIL", 1 << 30)
+    whole_window = trip_at()
+    assert whole_window is not None and whole_window[1] == step
+    assert found == whole_window
 
 
 @pytest.mark.parametrize("channel", ["reasoning", "text"])
