@@ -150,7 +150,8 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
     """block-repeat's comparison of one block with the blocks ``min_back`` to ``max_back``
     before it (the ring holds ``max_back`` and a scratch row), nearest first: the first
     Jaccard overlap of their shingle sets that reaches ``threshold``, else at most the
-    best overlap (``compare`` false: 0.0). The block is then remembered in the ring."""
+    best overlap, under the threshold (``compare`` false: 0.0). The block is then
+    remembered in the ring."""
     max_back = keys.shape[0] - 1
     min_back = state[_MIN_BACK]
     shift = np.uint64(state[_SHIFT])
@@ -176,14 +177,22 @@ def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
                 slot = (count - back) % max_back
                 other_size = sizes[slot]
                 most = known if known < other_size else other_size
-                if most < ratio * (size_new + other_size) - _SLACK:
+                need = ratio * (size_new + other_size) - _SLACK
+                if most < need:
                     continue
                 other_keys = keys[slot]
                 other_table = tables[slot]
+                # A block that has missed more keys than the threshold leaves room for is
+                # given up: its overlap so far is below the threshold, and only an overlap
+                # that reaches it decides (dissimilar blocks miss within a few keys).
                 common = 0
+                left = size_new
                 for i in range(size_new):
+                    left -= 1
                     if _holds(other_keys, other_table, fresh[i]):
                         common += 1
+                    elif common + left < need:
+                        break
                 overlap = common / (size_new + other_size - common) if common else 0.0
                 if overlap > best:
                     best = overlap
