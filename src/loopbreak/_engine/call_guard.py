@@ -370,7 +370,10 @@ class CallGuard:
         self._tools: dict[Hashable, ToolCallRecord] = {}
         self._trip: Trip | None = None
         self._held: Trip | None = None
+        # The channel of the last delta and its rules: a delta of the same channel goes
+        # straight to them.
         self._channel_now: Channel | None = None
+        self._guard_now: ChannelGuard | None = None
 
     @property
     def config(self) -> Config:
@@ -412,15 +415,9 @@ class CallGuard:
 
     def feed(self, channel: Channel, delta: str) -> Trip | None:
         """Judge a delta of ``reasoning`` or ``text``; return the trip to act on now."""
-        guard = self._channels.get(channel)
-        if guard is None:
-            guard = self._open(channel)
-        if channel != self._channel_now and delta:
-            # The other channel's last batch is judged before this one's first: the
-            # stream's order is the order of decisions.
-            earlier = self._flush_others(channel)
-            self._channel_now = channel
-            return self._act(earlier or guard.feed(delta))
+        guard = self._guard_now
+        if guard is None or channel != self._channel_now:
+            return self._feed_other(channel, delta)
         # ChannelGuard.feed's common case inlined (a call costs as much as the append):
         # most deltas complete no batch, and so have no trip to record.
         size = len(delta)
@@ -432,6 +429,20 @@ class CallGuard:
             return None
         trip = guard.feed(delta)
         return None if trip is None else self._act(trip)
+
+    def _feed_other(self, channel: Channel, delta: str) -> Trip | None:
+        """``feed`` of a delta of a channel other than the last one's (or the first)."""
+        guard = self._channels.get(channel)
+        if guard is None:
+            guard = self._open(channel)
+        if not delta:
+            return None
+        # The other channel's last batch is judged before this one's first: the stream's
+        # order is the order of decisions.
+        earlier = self._flush_others(channel)
+        self._channel_now = channel
+        self._guard_now = guard
+        return self._act(earlier or guard.feed(delta))
 
     def _flush_others(self, channel: Channel | None) -> Trip | None:
         trip = None
