@@ -125,8 +125,9 @@ class ChannelGuard:
     batch it is found at the end of, are the same.
     """
 
-    __slots__ = ("_batch", "_detectors", "_grams", "_judged", "_left", "_pending",
-                 "_per_delta", "_quiet", "_sample", "_sample_left", "channel", "trip")
+    __slots__ = ("_batch", "_batches", "_detectors", "_grams", "_held", "_held_from",
+                 "_judged", "_left", "_oldest", "_pending", "_per_delta", "_quiet", "_sample",
+                 "_sample_left", "_wake", "channel", "trip")
 
     def __init__(self, channel: Channel, config: Config | None = None,
                  grams: GramSet | None = None, sample: list[str] | None = None,
@@ -150,6 +151,15 @@ class ChannelGuard:
         # it mostly only waited). Each is built when first handed text: a short call, or
         # one cut early, never builds most of them.
         self._quiet: list[_QuietRule] = []
+        # The batches judged since the earliest one a quiet rule still waits for (the
+        # first is batch number ``_held_from``); each rule keeps where its own begin. While
+        # every rule is quiet through the batch and none holds too many, a batch costs an
+        # append, not one per rule.
+        self._held: list[str] = []
+        self._held_from = 0
+        self._batches = 0
+        self._wake = -1
+        self._oldest = 0
         for i, (make, quiet_through) in enumerate(_plan(channel, cfg)):
             if quiet_through >= 0:
                 # The type as a string: ``Callable[...]`` made at run time was 6 of the 9.5
@@ -160,6 +170,7 @@ class ChannelGuard:
                 self._per_delta.append((i, make()))  # type: ignore[arg-type]
             else:
                 self._detectors.append((i, make()))
+        self._wake = min((rule.quiet_through for rule in self._quiet), default=_NEVER)
         self._batch = cfg.judging.batch_chars
         self._pending: list[str] = []
         # Characters still to come before the batch is judged: feed() keeps one counter,
@@ -229,24 +240,46 @@ class ChannelGuard:
             if trip is not None and (first is None or (trip.at, index) < (first[1].at, first[0])):
                 first = (index, trip)
         judged = self._judged
+        held = self._held
+        held.append(text)
+        number = self._batches
+        self._batches = number + 1
+        if judged <= self._wake and number - self._oldest < _MOST_WAITING:
+            return None if first is None else self._first(first)
+        # Rules fed at once from the same batch on are handed the same joined text.
+        joined: dict[int, str] = {number: text}
+        wake = _NEVER
+        oldest = number + 1
         for rule in self._quiet:
-            waiting = rule.waiting
-            if judged <= rule.quiet_through and len(waiting) < _MOST_WAITING:
-                waiting.append(text)
+            start = rule.start
+            if judged <= rule.quiet_through and number - start < _MOST_WAITING:
+                if rule.quiet_through < wake:
+                    wake = rule.quiet_through
+                if start < oldest:
+                    oldest = start
                 continue
             quiet = rule.detector
             if quiet is None:
                 quiet = rule.detector = rule.make()
-            if waiting:
-                waiting.append(text)
-                trip = quiet.feed("".join(waiting))
-                waiting.clear()
-            else:
-                trip = quiet.feed(text)
+            piece = joined.get(start)
+            if piece is None:
+                piece = joined[start] = "".join(held[start - self._held_from :])
+            trip = quiet.feed(piece)
+            rule.start = number + 1
             rule.quiet_through = quiet.quiet_through
+            if rule.quiet_through < wake:
+                wake = rule.quiet_through
             if trip is not None and (first is None or (trip.at, rule.index)
                                      < (first[1].at, first[0])):
                 first = (rule.index, trip)
+        self._wake = wake
+        self._oldest = oldest
+        del held[: oldest - self._held_from]
+        self._held_from = oldest
+        return self._first(first)
+
+    def _first(self, first: tuple[int, Trip] | None) -> Trip | None:
+        """Keep and hand out the batch's earliest trip, if any."""
         if first is None:
             return None
         self.trip = first[1]
@@ -254,6 +287,7 @@ class ChannelGuard:
 
 
 _MOST_WAITING = 64  # batches held back from a rule at most (one that cannot trip holds none)
+_NEVER = 1 << 62  # quiet through every batch: no quiet rule at all
 
 
 def _says_quiet(detector: Detector) -> TypeGuard[QuietDetector]:
@@ -261,10 +295,10 @@ def _says_quiet(detector: Detector) -> TypeGuard[QuietDetector]:
 
 
 class _QuietRule:
-    """A rule that says how far it cannot trip, with the batches held back from it; built
+    """A rule that says how far it cannot trip, and from which batch on it waits; built
     when first handed text."""
 
-    __slots__ = ("detector", "index", "make", "quiet_through", "waiting")
+    __slots__ = ("detector", "index", "make", "quiet_through", "start")
 
     def __init__(self, index: int, make: Callable[[], QuietDetector],
                  quiet_through: int) -> None:
@@ -272,7 +306,7 @@ class _QuietRule:
         self.make = make
         self.detector: QuietDetector | None = None
         self.quiet_through = quiet_through
-        self.waiting: list[str] = []
+        self.start = 0  # the number of the first batch it has not been handed
 
 
 class ToolCallRecord:
