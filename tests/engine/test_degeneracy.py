@@ -136,3 +136,54 @@ def test_every_block_gets_the_verdict_and_flags_of_the_definition(
     assert (detector._judge(block, False) is not None) is degenerate
     if full is not None:
         assert full["flags"] == flags
+
+
+def _degeneracy_by_definition(text: str, config: DegeneracyConfig
+                              ) -> tuple[int, str, dict[str, object]] | None:
+    """Where degeneracy trips, judging every block in order (the rule's definition): the
+    count of characters at the end of the block that completes the streak, the rule, and
+    its evidence."""
+    detector = DegeneracyDetector(config)
+    size = config.block_chars
+    run = 0
+    for end in range(size, len(text) + 1, size):
+        evidence = detector.judge_block(text[end - size : end])
+        run = run + 1 if evidence is not None else 0
+        if evidence is not None and run >= config.streak:
+            rule = str(evidence.pop("rule"))
+            return end, rule, {**evidence, "streak": run}
+    return None
+
+
+_DEGENERATE_BLOCKS = {
+    "prose": "Each block of this stream reads as plain words, nothing degenerate in it. ",
+    "stars": "*" * 40,
+    "emoji": "\U0001f600\U0001f601\U0001f602" * 12,
+    "marks": "!?;:%$#@" * 5,
+    "half": "*" * 20 + " and then words again, ",
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(_DEGENERATE_BLOCKS)), min_size=1, max_size=60),
+       streak=st.integers(1, 5), block_chars=st.sampled_from([32, 64, 128]),
+       shift=st.integers(0, 127), pieces=st.lists(st.integers(1, 600), min_size=1,
+                                                     max_size=8))
+@example(kinds=["prose"] * 4 + ["stars"] * 2 + ["prose"] + ["stars"] * 12, streak=3,
+         block_chars=128, shift=0, pieces=[2000])
+def test_degeneracy_trips_where_judging_every_block_in_order_does(
+        kinds: list[str], streak: int, block_chars: int, shift: int, pieces: list[int]) -> None:
+    # The rule judges the block a streak would complete at first and the ones before it
+    # only while they are degenerate: streaks broken and resumed, longer than needed, fed
+    # in batches of any size (a guard hands a quiet rule many blocks at once).
+    text = "x" * shift + "".join(_DEGENERATE_BLOCKS[kind] for kind in kinds)
+    config = DegeneracyConfig(streak=streak, block_chars=block_chars)
+    detector = DegeneracyDetector(config)
+    trip = None
+    at = 0
+    while trip is None and at < len(text):
+        size = pieces[at % len(pieces)]
+        trip = detector.feed(text[at : at + size])
+        at += size
+    expected = _degeneracy_by_definition(text, config)
+    assert (None if trip is None else (trip.at, trip.rule, dict(trip.evidence))) == expected

@@ -90,16 +90,34 @@ class DegeneracyDetector:
 
     def feed(self, delta: str) -> Trip | None:
         streak = self._config.streak
-        for block, end in self._cutter.push(delta):
-            # Only the block that completes a streak reports its evidence: the others need
-            # their verdict alone (an emoji flood's variety, a set of astral characters, was
-            # about half of judging its block).
-            evidence = self._judge(block, self._run + 1 >= streak)
-            self._run = self._run + 1 if evidence is not None else 0
-            if evidence is not None and self._run >= self._config.streak:
+        blocks = self._cutter.push(delta)
+        # Blocks are judged out of order, none twice: first the block a streak would first
+        # complete at, then the ones before it only while they are degenerate. Clean text
+        # costs a block a streak instead of every block; the run and the trip are the ones
+        # judging them in order gives (a block's verdict does not depend on whether its
+        # evidence is asked for).
+        judge = self._judge
+        done = 0  # blocks whose run is known: self._run after them
+        while done < len(blocks):
+            target = done + streak - self._run
+            probe = min(target, len(blocks))
+            # Only the block that can complete a streak reports its evidence: the others
+            # need their verdict alone (an emoji flood's variety, a set of astral
+            # characters, was about half of judging its block).
+            evidence = judge(blocks[probe - 1][0], probe == target)
+            if evidence is None:
+                self._run = 0
+                done = probe
+                continue
+            start = probe - 1
+            while start > done and judge(blocks[start - 1][0], False) is not None:
+                start -= 1
+            self._run = self._run + probe - done if start == done else probe - start
+            done = probe
+            if self._run >= streak:
                 rule = str(evidence.pop("rule"))
                 evidence["streak"] = self._run
-                return Trip(rule, self._channel, self.consumed, end, evidence)
+                return Trip(rule, self._channel, self.consumed, blocks[probe - 1][1], evidence)
         self._settle_quiet()
         return None
 
