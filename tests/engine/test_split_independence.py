@@ -256,6 +256,33 @@ def test_cycle_is_quiet_to_the_end_of_a_step_without_candidates_and_no_further()
     assert exact > 0
 
 
+def test_counter_cycle_is_quiet_past_a_stretch_without_a_number_and_no_further() -> None:
+    # A step whose window (a longest period back) holds no number: no unit that counts can
+    # end before the least run it needs past the step, because its first period-long
+    # stretch must reach the next number. A unit whose one number is its last character,
+    # the rest of it standing before that number, ends its first window just there.
+    detector = SMALL["counter-cycle"]()
+    assert isinstance(detector, CounterCycleDetector)
+    period, least = detector._max_period, detector._least_run
+    body = ("The upload failed again, so retry it with a longer timeout " * 2)[: period - 1]
+    assert body.isascii() and not any(c.isdigit() for c in body)
+    rng = random.Random(11)
+    exact = 0
+    for extra in range(0, 40, 3):
+        lead = " ".join("".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=5))
+                        for _ in range((detector._min_span + extra) // 6))
+        text = lead + " " + body + "".join(f"{n % 10}" + body for n in range(1, 40))
+        number_at = text.index("1")
+        reference, _ = _run(SMALL["counter-cycle"](), list(text))
+        assert reference is not None and reference.evidence["period"] == period
+        detector = SMALL["counter-cycle"]()
+        assert isinstance(detector, QuietDetector)
+        trip, said = _said_before_trip(detector, [text[:number_at], text[number_at:]])
+        assert trip is not None and trip.at == reference.at
+        exact += said == trip.at - 1 and said == number_at + least
+    assert exact > 0
+
+
 def test_lines_is_quiet_as_far_as_a_line_seen_twice_can_reach() -> None:
     # A line's second sighting adds twice its length to the repeated mass at once.
     detector = SMALL["lines"]()

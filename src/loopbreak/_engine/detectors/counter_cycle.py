@@ -255,7 +255,7 @@ class CounterCycleDetector(CycleDetector):
         # run, cost none: they once cost this rule more than any other).
         low = n0 + 1 - self._max_period
         if self._letter_end <= low and self._letters_needed and not self._letter_since(low, n1):
-            return False
+            return self._blocked_after(n1)
         if self._number_end > low:
             return True
         # The last number read serves the steps until ``low`` passes it; no ``0`` lies
@@ -264,9 +264,22 @@ class CounterCycleDetector(CycleDetector):
         at = self._buf.rfind("0", max(0, max(low, self._numbers_read) - base), n1 - base)
         self._numbers_read = n1
         if at < 0:
-            return False
+            return self._blocked_after(n1)
         self._number_end = at + base + 1
         return True
+
+    def _blocked_after(self, n1: int) -> bool:
+        """No unit that counts ends before ``n1`` + the least run any unit needs: ``False``.
+
+        [n0 + 1 - max_period, n1) holds no number (or no letter), and every period-long
+        stretch of a repeating window holds what its unit holds. A window that took in
+        that range whole would hold a stretch inside it, so it starts after its start, and
+        its first stretch reaches past ``n1``: the window ends more than its span less its
+        period, at least ``_least_run``, after ``n1``."""
+        blocked = n1 + self._least_run
+        if blocked > self._blocked_to:
+            self._blocked_to = blocked
+        return False
 
     def _letter_since(self, low: int, n1: int) -> bool:
         """Whether a letter lies in the reading's [low, n1), ``_letter_end`` past

@@ -175,6 +175,9 @@ class CycleDetector:
         self._accepted: dict[int, tuple[int, int]] = {}
         # Candidates up to this shift are exactly the multiples of the nearest one.
         self._multiples_upto = 0
+        # No unit that ends at or before this position of the reading counts (a variant
+        # that skips steps knows it further ahead than the current one).
+        self._blocked_to = 0
         # The current batch (deltas up to one step that share an anchor) and the periods
         # its anchor recurs at; None until looked up.
         self._batch_end = 0
@@ -221,6 +224,7 @@ class CycleDetector:
         least_from = self._least_runs()
         # Every qualifying window ends in a run of matches at least this long.
         least = least_from[0] if least_from else (self._min_span + 1) // 2
+        self._least_run = least
         self._half = max(1, min(least, self._min_span))
         self._anchor = max(1, min(_ANCHOR_CHARS, self._half // 2))
         # A step this short keeps the anchor inside every window ending in it.
@@ -352,6 +356,7 @@ class CycleDetector:
         self._rejected.clear()
         self._accepted.clear()
         self._multiples_upto = 0
+        self._blocked_to = 0
         self.quiet_through = self._min_span - 1
 
     def feed(self, delta: str) -> Trip | None:
@@ -408,7 +413,8 @@ class CycleDetector:
         # No window ending in this step qualifies when its anchor recurs nowhere, none
         # before the least span, and the reading gains at most a character a character.
         ahead = batch_end - done if candidates is not None and not candidates else 0
-        least = self._min_span - 1 - done
+        least = (self._min_span - 1 if self._min_span - 1 > self._blocked_to
+                 else self._blocked_to) - done
         self.quiet_through = self._consumed + (ahead if ahead > least else least)
         return None
 
