@@ -269,7 +269,8 @@ class CounterCycleDetector(CycleDetector):
         return True
 
     def _blocked_after(self, n1: int) -> bool:
-        """No unit that counts ends before ``n1`` + the least run any unit needs: ``False``.
+        """No unit that counts ends at or before ``n1`` + the least run any unit needs:
+        ``False`` (this step cannot trip), and the rule quiet that far.
 
         [n0 + 1 - max_period, n1) holds no number (or no letter), and every period-long
         stretch of a repeating window holds what its unit holds. A window that took in

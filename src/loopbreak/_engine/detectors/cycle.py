@@ -410,8 +410,11 @@ class CycleDetector:
                     "unit": unit[:120],
                 })
         self._done = done
+        if len(self._buf) > 2 * self._keep:
+            self._extend("")  # a long delta is not kept whole until the next one comes
         # No window ending in this step qualifies when its anchor recurs nowhere, none
-        # before the least span, and the reading gains at most a character a character.
+        # before the least span or where a variant knows none can end (``_blocked_to``),
+        # and the reading gains at most a character a character.
         ahead = batch_end - done if candidates is not None and not candidates else 0
         least = (self._min_span - 1 if self._min_span - 1 > self._blocked_to
                  else self._blocked_to) - done
@@ -490,9 +493,9 @@ class CycleDetector:
         return need
 
     def _recurs_nowhere(self, n0: int, n1: int) -> bool:
-        """Whether the batch's candidate periods are none (``True``: as ``_advance`` finds
-        them, with no unit ending in (n0, n1] that cannot count); ``False`` also where
-        ``_advance`` must tell."""
+        """``True`` when the batch's anchors recur nowhere: ``_advance`` would list no
+        candidate period. ``False`` also where ``_advance`` must tell (a step no unit can
+        end in, or an anchor that recurs)."""
         if not self._may_end_here(n0, n1):
             return False
         buf = self._buf
