@@ -384,10 +384,12 @@ class CycleDetector:
                     self._long_end = done + self._long_step
                     self._long = None
             n1 = batch_end if batch_end < end else end
-            if candidates is None and n1 >= self._min_span and self._recurs_nowhere(done, n1):
-                # What _advance finds for most batches of clean text, found in one search.
-                candidates = self._candidates = []
-                self._runs.clear()
+            if candidates is None and n1 >= self._min_span and self._may_end_here(done, n1):
+                # The batch's candidates looked up here, not in _advance: most batches of
+                # clean text have none, and then measured nothing to keep.
+                candidates = self._candidates = self._candidate_periods()
+                if not candidates:
+                    self._runs.clear()
             if candidates is not None and not candidates:
                 # The batch's anchor recurs nowhere (most batches of clean text): no window
                 # ending in it can qualify, and nothing was measured to keep.
@@ -491,30 +493,6 @@ class CycleDetector:
         need = self._unit_span(unit) - period
         self._accepted[period] = (end, need)
         return need
-
-    def _recurs_nowhere(self, n0: int, n1: int) -> bool:
-        """``True`` when the batch's anchors recur nowhere: ``_advance`` would list no
-        candidate period. ``False`` also where ``_advance`` must tell (a step no unit can
-        end in, or an anchor that recurs)."""
-        if not self._may_end_here(n0, n1):
-            return False
-        buf = self._buf
-        g = self._anchor
-        rel = self._batch_end - self._half - self._base
-        low = rel - self._short_cap
-        if low < 0:
-            low = 0
-        end = rel - 1 + g
-        if end - low >= g and buf.rfind(buf[rel : rel + g], low, end) >= 0:
-            return False
-        if self._long_step:
-            if self._long is None:
-                self._long = self._recurrences(self._long_end, self._long_half,
-                                               self._long_anchor, self._short_cap + 1,
-                                               self._max_period)
-            if self._long[0]:
-                return False
-        return True
 
     def _candidate_periods(self) -> list[int]:
         """The shifts, nearest first, at which the anchors of the current batch recur: the
