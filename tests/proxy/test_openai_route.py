@@ -213,6 +213,31 @@ def test_failing_tool_results_carry_guidance_upstream(upstream: ScriptedUpstream
     assert sent[4]["content"].endswith("Error: ENOENT: no such file: conf.toml")
 
 
+def test_a_request_the_history_leaves_alone_goes_upstream_as_the_clients_bytes(
+        upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
+    """The bytes, not a new serialisation: the client's spacing, key order, escapes (and a
+    lone surrogate, which a UTF-8 serialisation could not even write) arrive as sent; a
+    request whose history the proxy changes keeps the client's bytes of every message it
+    does not change."""
+    untouched = (b'{ "stream": true, "model": "m",\n "messages": [{"content": "caf\\u00e9 '
+                 b'\\ud800 ok", "role": "user"}],  "thinking": {"type": "enabled"} }')
+    body = {"model": "m", "stream": True, "messages": failing_tool_history(2)}
+    body["messages"][0]["content"] += " \ud800"
+    changed = json.dumps(body, indent=1).encode()
+    upstream.enqueue(Script.openai(text="fine"), Script.openai(text="fine"))
+    with httpx.Client(timeout=10) as client:
+        for content in (untouched, changed):
+            client.post(proxy.url + "/v1/chat/completions", content=content,
+                        headers={"content-type": "application/json"}).raise_for_status()
+    first, second = upstream.wait_for_requests(2)
+    assert first.raw_body == untouched
+    assert second.raw_body != changed and second.body["messages"][4]["content"].startswith(
+        "[loopbreak] This exact call to `read` has now failed 2")
+    assert second.body["messages"][0]["content"].endswith(" \ud800")
+    assert b'{\n   "role": "user",\n   "content": "Read the config. \\ud800"\n  }' in \
+        second.raw_body
+
+
 def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again(
         upstream: ScriptedUpstream, proxy: ProxyServer) -> None:
     denied = ToolCall.of("read", '{"path": "conf.toml"}')

@@ -95,3 +95,15 @@ def test_random_bytes_never_raise_anything_but_sse_error(data: bytes, cuts: list
             parser.feed(data[a:b])
     except SSEError:
         pass
+
+
+def test_an_event_holding_a_lone_surrogate_is_written_as_escapes() -> None:
+    """An upstream may escape a lone surrogate (``\\ud800`` parses); the event the proxy
+    writes back must still be UTF-8 and parse to the same value."""
+    from loopbreak.proxy.formats import json_bytes, sse_data
+
+    value = {"delta": "caf\u00e9 \ud800 ok"}
+    (event,) = SSEParser().feed(sse_data(value, "content_block_delta"))
+    assert event.event == "content_block_delta" and json.loads(event.data) == value
+    assert json.loads(json_bytes(value)) == value
+    assert json_bytes({"delta": "caf\u00e9"}) == '{"delta": "café"}'.encode()

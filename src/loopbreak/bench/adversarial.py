@@ -20,7 +20,9 @@ clean text did, or one a model really produces in a loop:
   not where the last replay left off: another worker served the request before),
   as a session's later requests find it (one call more each, resumed from the
   checkpoint the request before left), and eight such sessions in turn (eight
-  agents sharing one proxy).
+  agents sharing one proxy); and a later request as the proxy handles it on its
+  event loop, its parsing and the bytes it sends upstream included (no target of its
+  own: the issue's is the replay's).
 
 Every figure is repeated; the report gives the median and the range.
 """
@@ -145,7 +147,8 @@ class PartResult:
 
     name: str
     what: str
-    target_ms: float
+    target_ms: float | None
+    """``None``: a figure the issue sets no target for, reported beside the others."""
     ms: tuple[float, ...]
 
     @property
@@ -153,8 +156,8 @@ class PartResult:
         return statistics.median(self.ms)
 
     @property
-    def met(self) -> bool:
-        return max(self.ms) <= self.target_ms
+    def met(self) -> bool | None:
+        return None if self.target_ms is None else max(self.ms) <= self.target_ms
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,38 @@ def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
                       "later requests (one call more each)", TARGET_HISTORY_MS, timings)
 
 
+def history_request_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """A session's later requests as the proxy handles each on its event loop before it goes
+    upstream: the body parsed from the client's bytes, the history replayed (resumed from
+    the request before), and the bytes to send (this history's last calls restate their
+    thinking: each request is sent with the stall rule's note added)."""
+    from loopbreak._config import Config
+    from loopbreak._recovery.history import ReplayCheckpoints
+    from loopbreak.proxy.app import read_request
+
+    calls = _history_calls(scale)
+    body = history_body(calls + repeats)
+    raws = [json.dumps(_first_calls(body, calls + k)).encode() for k in range(repeats + 1)]
+    config, kept = Config(), ReplayCheckpoints()
+    noted = 0
+
+    def handle(raw: bytes) -> None:
+        nonlocal noted
+        request = read_request(raw, "openai", config, kept)
+        if request.bytes_of(request.forwarded) is not raw:
+            noted += 1
+
+    handle(raws[0])
+    timings = []
+    for raw in raws[1:]:
+        start = clock()
+        handle(raw)
+        timings.append((clock() - start) / 1e6)
+    return PartResult("history request", f"{_describe(_first_calls(body, calls))}, a later "
+                      f"request parsed, replayed and sent ({noted} of {repeats + 1} changed)",
+                      None, tuple(timings))
+
+
 SESSIONS_IN_TURN = 8
 """Sessions whose histories the proxy replays in turn (agents sharing one proxy)."""
 
@@ -349,7 +384,7 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
 
 
 _PROXY_PARTS = (history_cold_part, history_unkept_part, history_part,
-                history_sessions_part)
+                history_sessions_part, history_request_part)
 """The parts that measure what the proxy does, run as a proxy's collector runs."""
 
 
@@ -424,7 +459,7 @@ def adversarial_dict(report: AdversarialReport) -> dict[str, Any]:
             "slowest": {"subject": slowest.subject, "input": slowest.input,
                         "chars_per_s_low": slowest.throughput.rate_range[0]},
             "engine_met": slowest.throughput.rate_range[0] >= TARGET_CHARS_PER_S,
-            "parts_met": all(p.met for p in report.parts),
+            "parts_met": all(p.met for p in report.parts if p.met is not None),
         },
     }
 

@@ -479,7 +479,7 @@ def render_adversarial(data: dict[str, Any], *, quick: bool = False) -> None:
     for p in data["parts"]:
         parts.add_row(escape(p["name"]), escape(p["what"]),
                       f"{p['median_ms']:.1f} ({min(p['ms']):.1f}–{max(p['ms']):.1f})",
-                      f"≤ {p['target_ms']:g}")
+                      "—" if p["target_ms"] is None else f"≤ {p['target_ms']:g}")
     console.print(parts)
     t = data["targets"]
     slowest = t["slowest"]

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ from loopbreak._engine.trip import Trip
 from loopbreak._errors import ConfigError
 from loopbreak._recovery import normal_finish, plan_cut, plan_denial
 from loopbreak._recovery.history import (
+    HistoryView,
     Kind,
     ReplayCheckpoints,
     replay,
@@ -42,7 +44,8 @@ from loopbreak._recovery.history import (
     without_unsigned_thinking,
 )
 from loopbreak._recovery.requests import dialect_of_upstream, requested_dialect
-from loopbreak.proxy.formats import AnthropicStream, OpenAIStream, error_body
+from loopbreak.proxy.body import RequestBody
+from loopbreak.proxy.formats import AnthropicStream, OpenAIStream, error_body, json_bytes
 from loopbreak.proxy.logs import event as log_event
 from loopbreak.proxy.logs import log as proxy_log
 from loopbreak.proxy.logs import session_id
@@ -371,33 +374,24 @@ class ProxyApp:
                 "application/json")
             return
         try:
-            body = json.loads(raw)
+            request = read_request(raw, kind, config,
+                                   self._checkpoints(settings.replay_checkpoint_chars))
         except ValueError as exc:
-            await self._respond(send, 400, error_body(kind, 400, f"invalid JSON body: {exc}"),
-                                "application/json")
+            await self._respond(send, 400, error_body(kind, 400, str(exc)), "application/json")
             return
-        if not isinstance(body, dict):
-            await self._respond(send, 400, error_body(kind, 400, "the body must be a JSON object"),
-                                "application/json")
-            return
+        body, view, forwarded = request.body, request.view, request.forwarded
         headers = self._forward_headers(scope)
-        view = replay(body, kind, config, self._checkpoints(settings.replay_checkpoint_chars))
-        forwarded = with_guidance(body, view)
-        if kind == "anthropic":
-            forwarded = without_unsigned_thinking(forwarded)
         reaction = view.reaction
         if reaction is not None:
             self.metrics.add("loopbreak_stall_reactions_total", kind=reaction.kind,
                              rule=reaction.rule)
             log_event(reaction.rule, kind=reaction.kind, fires=reaction.fires,
                       session=session_id(session_key(headers, body)))
-            if reaction.kind == "steer":
-                forwarded = with_note(forwarded, kind, reaction.notice)
-            elif reaction.kind == "cancel":
+            if reaction.kind == "cancel":
                 await self._cancelled(send, kind, body, reaction.notice)
                 return
         url = upstream_url(self.upstream, scope["path"], scope.get("query_string", b"").decode())
-        opener = self._opener(url, headers, settings)
+        opener = self._opener(url, headers, settings, request)
         model = str(body.get("model") or "")
 
         def asker() -> Awaitable[str]:
@@ -454,13 +448,13 @@ class ProxyApp:
                   dialect=dialect)
         return dialect
 
-    def _opener(self, url: str, headers: dict[str, str], settings: ProxyConfig
-                ) -> Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]:
+    def _opener(self, url: str, headers: dict[str, str], settings: ProxyConfig,
+                request: GuardedRequest) -> Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]:
         async def open_upstream(body: dict[str, Any]) -> UpstreamResponse:
             import aiohttp
 
             session = await self._client_session()
-            data = json.dumps(body, ensure_ascii=False).encode()
+            data = request.bytes_of(body)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
                                             sock_read=settings.idle_timeout)
             try:
@@ -782,7 +776,7 @@ def _with_notice(data: bytes, kind: Kind, notice: str) -> bytes:
         message["content"] = f"{notice}\n\n{message.get('content') or ''}"
     elif kind == "anthropic" and isinstance(obj, dict):
         obj["content"] = [{"type": "text", "text": notice}, *(obj.get("content") or [])]
-    return json.dumps(obj, ensure_ascii=False).encode()
+    return json_bytes(obj)
 
 
 def _text_cut(data: bytes, kind: Kind, at: int, notice: str) -> bytes:
@@ -796,7 +790,7 @@ def _text_cut(data: bytes, kind: Kind, at: int, notice: str) -> bytes:
         said = str(message.get("content") or "")[:at]
         message["content"] = f"{said}\n\n{notice}" if said and notice else said or notice
         choice["finish_reason"] = normal_finish(kind, bool(message.get("tool_calls")))
-        return json.dumps(obj, ensure_ascii=False).encode()
+        return json_bytes(obj)
     blocks: list[Any] = []
     left = at
     for block in obj.get("content") or []:
@@ -815,7 +809,7 @@ def _text_cut(data: bytes, kind: Kind, at: int, notice: str) -> bytes:
     obj["content"] = blocks
     obj["stop_reason"] = normal_finish(kind, any(
         isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks))
-    return json.dumps(obj, ensure_ascii=False).encode()
+    return json_bytes(obj)
 
 
 def _whole_calls(data: bytes, kind: Kind) -> list[tuple[str, str, str]]:
@@ -851,7 +845,50 @@ def _ended_with(data: bytes, kind: Kind, text: str) -> bytes:
                           if not (isinstance(b, dict) and b.get("type") == "tool_use")] \
             + [{"type": "text", "text": text}]
         obj["stop_reason"] = normal_finish(kind)
-    return json.dumps(obj, ensure_ascii=False).encode()
+    return json_bytes(obj)
+
+
+@dataclass(frozen=True)
+class GuardedRequest:
+    """A guarded route's request as the proxy reads it: its body, what its history says,
+    and the body to send upstream (the parsed one itself when the history changes
+    nothing)."""
+
+    parsed: RequestBody
+    view: HistoryView
+    forwarded: dict[str, Any]
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The body the client sent."""
+        body: dict[str, Any] = self.parsed.value
+        return body
+
+    def bytes_of(self, body: dict[str, Any]) -> bytes:
+        """What goes upstream for ``body`` (this request's, or one made from it)."""
+        return self.parsed.bytes_of(body)
+
+
+def read_request(raw: bytes, kind: Kind, config: Config,
+                 checkpoints: ReplayCheckpoints | None = None) -> GuardedRequest:
+    """Parse a guarded route's body and replay its history: the proxy's work on its event
+    loop before a request goes upstream. ``ValueError`` says what is wrong with the body."""
+    try:
+        parsed = RequestBody(raw)
+    except ValueError as exc:
+        raise ValueError(f"invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise ValueError("invalid JSON body: nested too deeply") from None
+    body = parsed.value
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    view = replay(body, kind, config, checkpoints)
+    forwarded = with_guidance(body, view)
+    if kind == "anthropic":
+        forwarded = without_unsigned_thinking(forwarded)
+    if view.reaction is not None and view.reaction.kind == "steer":
+        forwarded = with_note(forwarded, kind, view.reaction.notice)
+    return GuardedRequest(parsed, view, forwarded)
 
 
 def default_upstream() -> str | None:

@@ -27,10 +27,21 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+def json_bytes(obj: Any, *, compact: bool = False) -> bytes:
+    """``obj`` as UTF-8 JSON. A string may hold a lone surrogate (JSON escapes one as
+    ``\\ud800``, and such an escape parses), which UTF-8 cannot write: then the whole text
+    is written with ASCII escapes, still the same JSON value."""
+    separators = (",", ":") if compact else None
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=separators).encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=separators).encode()
+
+
 def sse_data(obj: Any, event: str | None = None) -> bytes:
     """One event with ``obj`` as its JSON data."""
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {_dumps(obj)}\n\n".encode()
+    return b"%sdata: %s\n\n" % (head.encode(), json_bytes(obj, compact=True))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -271,8 +282,9 @@ def error_body(kind: str, status: int, message: str, code: str | None = None) ->
                               404: "not_found_error", 413: "request_too_large",
                               429: "rate_limit_error", 502: "api_error",
                               504: "timeout_error"}.get(status, "api_error")
-        return _dumps({"type": "error", "error": {"type": error_type, "message": message}}).encode()
+        return json_bytes({"type": "error", "error": {"type": error_type, "message": message}},
+                          compact=True)
     error_type = code or {400: "invalid_request_error", 413: "invalid_request_error",
                           502: "upstream_error", 504: "upstream_timeout"}.get(status, "api_error")
-    return _dumps({"error": {"message": message, "type": error_type, "param": None,
-                             "code": error_type}}).encode()
+    return json_bytes({"error": {"message": message, "type": error_type, "param": None,
+                                 "code": error_type}}, compact=True)
