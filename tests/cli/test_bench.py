@@ -526,12 +526,13 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert stops[("loopbreak (text)", "unique lines")] == 0
     assert [p["name"] for p in report["parts"]] == [
         "tool argument", "SSE event", "history replay, cold", "history replay, from the start",
-        "history replay", "history replay, 8 sessions", "history request"]
+        "history replay", "history replay, 8 sessions", "history request", "event-loop wait"]
     # Every request of every round is timed: 8 a round in the eight-session part.
-    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 3, 24, 3]
-    # The whole request has no target of its own (the replay's is the issue's).
+    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 3, 24, 3, 3]
+    # The whole request and the loop's wait have no targets of their own (the replay's is
+    # the issue's).
     assert [p["target_ms"] is None and p["met"] is None for p in report["parts"]] == [
-        False] * 6 + [True]
+        False] * 6 + [True] * 2
     assert all(p["median_ms"] > 0 for p in report["parts"])
     slowest = report["targets"]["slowest"]
     assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -236,6 +238,29 @@ def test_a_request_the_history_leaves_alone_goes_upstream_as_the_clients_bytes(
     assert second.body["messages"][0]["content"].endswith(" \ud800")
     assert b'{\n   "role": "user",\n   "content": "Read the config. \\ud800"\n  }' in \
         second.raw_body
+
+
+def test_a_long_body_is_read_off_the_event_loop(upstream: ScriptedUpstream, proxy: ProxyServer,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short body is read where the proxy serves its streams, a long one in a worker
+    thread (its parse and replay would stall every stream)."""
+    from loopbreak.proxy import app
+
+    threads: list[threading.Thread] = []
+    read_request = app.read_request
+
+    def recorded(*args: Any) -> app.GuardedRequest:
+        threads.append(threading.current_thread())
+        return read_request(*args)
+
+    monkeypatch.setattr(app, "read_request", recorded)
+    upstream.enqueue(Script.openai(text="short"), Script.openai(text="long"))
+    assert _ask(proxy)["text"] == "short"
+    long_history = [{"role": "user", "content": "x" * app.READ_IN_THREAD_BYTES}]
+    assert _ask(proxy, long_history)["text"] == "long"
+    on_loop, off_loop = threads
+    assert off_loop is not on_loop and off_loop is not threading.main_thread()
+    assert upstream.wait_for_requests(2)[1].body["messages"] == long_history
 
 
 def test_a_denied_call_is_not_relayed_and_the_model_is_asked_again(

@@ -21,7 +21,8 @@ clean text did, or one a model really produces in a loop:
   as a session's later requests find it (one call more each, resumed from the
   checkpoint the request before left), and eight such sessions in turn (eight
   agents sharing one proxy); and a later request as the proxy handles it on its
-  event loop, its parsing and the bytes it sends upstream included (no target of its
+  event loop, its parsing and the bytes it sends upstream included, and the longest
+  the event loop waits while a session's first request is read (no targets of their
   own: the issue's is the replay's).
 
 Every figure is repeated; the report gives the median and the range.
@@ -361,6 +362,41 @@ def history_request_part(repeats: int, scale: float, clock: Clock) -> PartResult
                       None, tuple(timings))
 
 
+def request_stall_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """The longest the proxy's event loop waits while it reads a session's first request
+    (nothing kept) as it reads every request (``read_request_off_loop``): a task on the
+    loop that asks to wake every millisecond measures the gaps between its wakes."""
+    import asyncio
+
+    from loopbreak._config import Config
+    from loopbreak._recovery.history import ReplayCheckpoints, clear_caches
+    from loopbreak.proxy.app import read_request_off_loop
+
+    calls = _history_calls(scale)
+    body = history_body(calls)
+    raw = json.dumps(body).encode()
+    config = Config()
+
+    async def longest_wait() -> float:
+        reading = asyncio.ensure_future(read_request_off_loop(raw, "openai", config,
+                                                              ReplayCheckpoints()))
+        longest, last = 0, clock()
+        while not reading.done():
+            await asyncio.sleep(0.001)
+            now = clock()
+            longest, last = max(longest, now - last), now
+        reading.result()
+        return longest / 1e6
+
+    timings = []
+    for _ in range(repeats):
+        clear_caches()
+        timings.append(asyncio.run(longest_wait()))
+    return PartResult("event-loop wait", f"{_describe(body)}, a session's first request read "
+                      "as the proxy reads it; the longest wait of a task on its loop",
+                      None, tuple(timings))
+
+
 SESSIONS_IN_TURN = 8
 """Sessions whose histories the proxy replays in turn (agents sharing one proxy)."""
 
@@ -384,7 +420,7 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
 
 
 _PROXY_PARTS = (history_cold_part, history_unkept_part, history_part,
-                history_sessions_part, history_request_part)
+                history_sessions_part, history_request_part, request_stall_part)
 """The parts that measure what the proxy does, run as a proxy's collector runs."""
 
 
