@@ -577,3 +577,16 @@ def test_history_parts_run_under_the_proxys_collector_then_restore_it() -> None:
     assert gc.get_threshold() == before
     if not frozen:
         assert gc.get_freeze_count() == 0
+
+
+def test_subjects_are_timed_with_the_heap_frozen_then_it_is_restored() -> None:
+    import gc
+
+    from loopbreak.bench.throughput import heap_frozen
+
+    frozen = gc.get_freeze_count()
+    held = [[i] for i in range(1000)]  # tracked objects made before the timing
+    with heap_frozen():
+        assert gc.get_freeze_count() >= frozen + len(held)
+    if not frozen:
+        assert gc.get_freeze_count() == 0

@@ -48,6 +48,7 @@ from loopbreak.bench.throughput import (
     Subject,
     Throughput,
     cut,
+    heap_frozen,
     loopbreak_subject,
     measure_throughput,
 )
@@ -455,15 +456,16 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     parts_run = (tool_argument_part, sse_event_part, *_PROXY_PARTS)
     steps = len(inputs) * len(subjects) + len(parts_run)
     done = 0
-    for item in inputs:
-        for subject in subjects:
-            if on_progress is not None:
-                on_progress(f"{subject.name}: {item.name}", done / steps)
-            tp = measure_throughput(subject.make, [item.deltas], go_on=True,
-                                    min_seconds=float("inf"), max_passes=settings.passes,
-                                    clock=clock)
-            results.append(EngineResult(subject.name, item.name, tp))
-            done += 1
+    with heap_frozen():
+        for item in inputs:
+            for subject in subjects:
+                if on_progress is not None:
+                    on_progress(f"{subject.name}: {item.name}", done / steps)
+                tp = measure_throughput(subject.make, [item.deltas], go_on=True,
+                                        min_seconds=float("inf"), max_passes=settings.passes,
+                                        clock=clock)
+                results.append(EngineResult(subject.name, item.name, tp))
+                done += 1
     parts = []
     for part in parts_run:
         if on_progress is not None:
