@@ -20,9 +20,9 @@ clean text did, or one a model really produces in a loop:
   not where the last replay left off: another worker served the request before),
   as a session's later requests find it (one call more each, resumed from the
   checkpoint the request before left), and eight such sessions in turn (eight
-  agents sharing one proxy); and a later request as the proxy handles it on its
-  event loop, its parsing and the bytes it sends upstream included, and the longest
-  the event loop waits while a session's first request is read (no targets of their
+  agents sharing one proxy); and a later request as the proxy handles it, its
+  parsing and the bytes it sends upstream included, and the longest the proxy's
+  event loop waits while a session's first request is read (no targets of their
   own: the issue's is the replay's).
 
 Every figure is repeated; the report gives the median and the range.
@@ -332,10 +332,11 @@ def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
 
 
 def history_request_part(repeats: int, scale: float, clock: Clock) -> PartResult:
-    """A session's later requests as the proxy handles each on its event loop before it goes
-    upstream: the body parsed from the client's bytes, the history replayed (resumed from
-    the request before), and the bytes to send (this history's last calls restate their
-    thinking: each request is sent with the stall rule's note added)."""
+    """A session's later requests as the proxy handles each before it goes upstream (in a
+    worker thread for a body this long): the body parsed from the client's bytes, the
+    history replayed (resumed from the request before), and the bytes to send (this
+    history's last calls restate their thinking: each request is sent with the stall rule's
+    note added)."""
     from loopbreak._config import Config
     from loopbreak._recovery.history import ReplayCheckpoints
     from loopbreak.proxy.app import read_request
