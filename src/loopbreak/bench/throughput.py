@@ -326,13 +326,12 @@ def _judge_pass(make: Factory, pieces: Sequence[Sequence[str]], go_on: bool,
 
 @contextmanager
 def heap_frozen() -> Iterator[None]:
-    """What the process holds frozen for the collector while the subjects are timed, as
-    ``loopbreak proxy`` freezes what its start-up made (and vLLM's engine what its start
-    made): the bench's inputs (up to seven million deltas) and numba's ~90,000 objects are
-    the bench's heap, not the guard's, yet every full collection a guard's garbage set off
-    walked them (a flood that trips every 384 characters and restarts its guard ran
-    0.87-1.08 M chars/s unfrozen, 1.09-1.20 frozen, measured in one process). What the
-    subjects make is collected as it always is."""
+    """Freeze what the process holds for the collector while the subjects are timed, as
+    ``loopbreak proxy`` freezes what its start-up made: the bench's inputs (up to seven
+    million deltas) and numba's ~90,000 objects are the bench's heap, not the guard's, yet
+    every full collection a guard's garbage set off walked them (a flood that trips every
+    384 characters and restarts its guard ran 0.87-1.08 M chars/s unfrozen, 1.09-1.20
+    frozen, measured in one process). What the subjects make is collected as always."""
     frozen = gc.get_freeze_count()
     gc.collect()
     gc.freeze()
