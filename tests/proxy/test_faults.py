@@ -178,6 +178,15 @@ def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -
         time.sleep(0.02)
 
 
+def _replaced(path: Path, text: str) -> None:
+    """``path`` given ``text`` in one step, as an editor that saves by renaming does: a
+    rewrite in place can be caught empty by two checks in a row when this process stalls
+    (an empty file on purpose means the defaults: tested below, not here)."""
+    spare = path.with_name(path.name + ".new")
+    spare.write_text(text)
+    os.replace(spare, path)
+
+
 def test_config_file_is_reloaded_without_restart(upstream: ScriptedUpstream,
                                                  proxy_for: ProxyFactory, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
@@ -188,15 +197,15 @@ def test_config_file_is_reloaded_without_restart(upstream: ScriptedUpstream,
     loop = Script.openai(reasoning=verbatim_loop().text, piece_chars=16)
     upstream.enqueue(loop)
     assert _stream_text(proxy).startswith("[loopbreak]") and len(upstream.requests) == 1
-    path.write_text('[recovery]\non_trip = "error"\n\n[proxy]\nreload_seconds = 0.1\n')
+    _replaced(path, '[recovery]\non_trip = "error"\n\n[proxy]\nreload_seconds = 0.1\n')
     _wait_for(lambda: source.config.recovery.on_trip == "error", "the edit applied")
     upstream.enqueue(loop)
     with pytest.raises(openai.APIError, match="loopbreak cut"):
         _stream_text(proxy)
     with caplog.at_level("ERROR", logger="loopbreak.proxy"):
-        path.write_text('[recovery]\non_trip = "bogus"\n')  # rejected: the last good one stays
-        _wait_for(lambda: "config-rejected" in caplog.text, "the bad edit reported")
-    assert "bogus" in caplog.text
+        _replaced(path, '[recovery]\non_trip = "bogus"\n')  # rejected: the last good one stays
+        _wait_for(lambda: "config-rejected" in caplog.text and "bogus" in caplog.text,
+                  "the bad edit reported")
     upstream.enqueue(loop)
     with pytest.raises(openai.APIError, match="loopbreak cut"):
         _stream_text(proxy)

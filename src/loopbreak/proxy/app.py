@@ -98,7 +98,10 @@ class ConfigSource:
     A change is applied once two checks in a row read the same bytes: an editor or a
     script that truncates and then writes leaves an empty or half-written file for a
     moment, and that moment must not become the configuration in force (an empty file
-    is valid TOML, so it would silently bring back every default)."""
+    is valid TOML, so it would silently bring back every default). A writer stalled
+    between the two for a whole check is not told from one that meant it (in one CI run
+    the reload test's rewrite in place brought the defaults back, under load); saving by
+    renaming leaves no such moment."""
 
     def __init__(self, path: str | None, config: Config | None = None,
                  proxy: ProxyConfig | None = None) -> None:
