@@ -435,14 +435,14 @@ def _collector_as_in_a_proxy() -> Iterator[None]:
     heap that a proxy's does not have."""
     from loopbreak.proxy.server import tune_gc
 
-    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
-    tune_gc()
-    try:
-        yield
-    finally:
-        if not frozen:  # a process that froze its objects itself keeps them frozen
-            gc.unfreeze()
-        gc.set_threshold(*thresholds)
+    thresholds = gc.get_threshold()
+    # heap_frozen restores what was frozen; tune_gc's own freeze then takes in nothing new.
+    with heap_frozen():
+        tune_gc()
+        try:
+            yield
+        finally:
+            gc.set_threshold(*thresholds)
 
 
 def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *,
