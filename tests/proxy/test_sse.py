@@ -57,6 +57,22 @@ def test_leftover_is_returned_on_close() -> None:
     assert parser.pending == 7 and parser.close() == b"data: 2" and parser.pending == 0
 
 
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+@pytest.mark.parametrize("data", [b"data: 1\n\n", b"data: 1\n\ndata: 2\n\n: ka\n\n",
+                                  b"data: 1\r\n\r\n"])
+def test_an_event_s_raw_bytes_are_bytes_whatever_the_read_was(kind: type, data: bytes) -> None:
+    # The relay passes ``raw`` on as it is: a mutable read must not leak into what it sends.
+    read = kind(bytearray(data))
+    events = SSEParser().feed(read)
+    assert events and all(type(e.raw) is bytes for e in events)
+    assert b"".join(e.raw for e in events) == data
+    if isinstance(read, memoryview):
+        read.release()
+    else:
+        read[:] = b"x" * len(read)
+    assert b"".join(e.raw for e in events) == data
+
+
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
                max_size=40)
 

@@ -80,8 +80,11 @@ class OpenAIStream:
         # (a copy of every event otherwise).
         if not data.endswith("}") and data.strip() == "[DONE]":
             return [Piece("done")]
-        obj = _load(event)
-        if not isinstance(obj, dict):
+        try:  # _load(), inline: every event of every stream comes here
+            obj = _loads(data)
+        except ValueError as exc:
+            raise BrokenStream(f"unparseable event data: {exc}") from None
+        if type(obj) is not dict:
             raise BrokenStream("event data is not a JSON object")
         if "error" in obj:
             return [Piece("error", _dumps(obj["error"]))]

@@ -40,7 +40,7 @@ from loopbreak.proxy.formats import (
     error_body,
     sse_data,
 )
-from loopbreak.proxy.sse import SSEError, SSEParser
+from loopbreak.proxy.sse import SSEError, SSEEvent, SSEParser
 from loopbreak.proxy.wire import BodyError, response_headers
 
 Headers = list[tuple[str, str]]
@@ -208,6 +208,7 @@ class StreamRelay:
         guard = CallGuard(self.config)
         parser = SSEParser()
         stream = self.stream
+        anthropic = stream if isinstance(stream, AnthropicStream) else None
         held: list[bytes] | None = None  # tool-call events held back for a denial check
         held_state: tuple[int, dict[int, str]] | None = None
         finished = False
@@ -222,8 +223,8 @@ class StreamRelay:
                             outbox.append(event.raw)
                         continue
                     # What the client has seen before this event, in case it is held back.
-                    before = (stream.next_index, dict(stream.open_blocks)) \
-                        if held is None and isinstance(stream, AnthropicStream) else None
+                    before = (anthropic.next_index, dict(anthropic.open_blocks)) \
+                        if anthropic is not None and held is None else None
                     pieces = stream.parse(event)
                     trip: Trip | None = None
                     # What the event holds, read in the one pass that feeds the guard.
@@ -266,7 +267,7 @@ class StreamRelay:
                         self._tools_sent = True
                         held = None
                         continue
-                    out = self._out(event, pieces, continuing)
+                    out = event.raw if not continuing else self._out(event, pieces, continuing)
                     if out:
                         outbox.append(out)
                         if has_tool:
@@ -303,13 +304,13 @@ class StreamRelay:
         # be re-sent unseen.
         if not self._content_sent and any(not part.startswith(b":") for part in outbox):
             self._content_sent = True
-        data = b"".join(outbox)
+        data = outbox[0] if len(outbox) == 1 else b"".join(outbox)
         outbox.clear()
         await self.client.write(data)
 
-    def _out(self, event: Any, pieces: list[Piece], continuing: bool) -> bytes:
+    def _out(self, event: SSEEvent, pieces: list[Piece], continuing: bool) -> bytes:
         if not continuing:
-            return bytes(event.raw)
+            return event.raw  # bytes: the parser hands out no other
         return self.stream.continuation(event, pieces) or b""
 
     def _holds(self, pieces: list[Piece]) -> bool:

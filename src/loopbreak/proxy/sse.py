@@ -19,7 +19,7 @@ class SSEError(ValueError):
     """The byte stream is not a valid event stream."""
 
 
-@dataclass
+@dataclass(slots=True)
 class SSEEvent:
     """One event: its ``event`` name, joined ``data`` lines, and the exact bytes it came in.
 
@@ -52,8 +52,15 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Add ``data``; return every event it completed, in order."""
+        if type(data) is not bytes:
+            data = bytes(data)  # an event's raw bytes are relayed as they are: immutable
         if not self._buffer and b"\r" not in data:
-            # The common case, a read of whole LF-framed events: split once.
+            # The common case, a read of whole LF-framed events: split once. The commonest,
+            # one event a read (a token a chunk), needs no split at all.
+            end = data.find(b"\n\n")
+            if end >= 0 and end == len(data) - 2:
+                self._scan_from = 0
+                return [_parse_block(data, data[:end])]
             blocks = data.split(b"\n\n")
             rest = blocks.pop()
             if len(rest) > self._max:
@@ -106,7 +113,7 @@ def _parse_block(raw: bytes, block: bytes) -> SSEEvent:
     except UnicodeDecodeError as exc:
         raise SSEError(f"event is not UTF-8 (byte {exc.start})") from None
     if text.startswith("data: ") and "\n" not in text:
-        return SSEEvent(raw=raw, data=text[6:], has_data=True)
+        return SSEEvent(raw, "", text[6:], True)  # positional: a third cheaper, every event
     event = SSEEvent(raw=raw)
     comments = []
     data_lines = []
