@@ -102,6 +102,27 @@ def test_any_split_gives_the_same_events(spec: list[tuple[str, list[str], bool]]
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.one_of(st.just(["event: ", "data: "]), st.just(["data: "]),
+                 st.lists(st.sampled_from(["event: ", "event:", "data: ", "data:", ": ", "id: ",
+                                           "x"]), min_size=1, max_size=3)),
+       st.lists(st.text(st.characters(blacklist_categories=("Cs",),
+                                      blacklist_characters="\r\n"), max_size=12),
+                min_size=3, max_size=3))
+def test_the_common_shapes_read_as_the_line_by_line_reading_does(
+        heads: list[str], values: list[str]) -> None:
+    # A block with no CR is read by shortcuts for its common shapes (one data line, a name
+    # and a data line); the same block in CRLF lines goes line by line: the same event.
+    lines = [head + value for head, value in zip(heads, values, strict=False)]
+
+    def event(newline: str) -> tuple[str, str, bool, str | None, dict[str, str]]:
+        block = newline.join(lines).encode() + (newline * 2).encode()
+        (read,) = SSEParser().feed(block)
+        return read.event, read.data, read.has_data, read.comment, read.fields
+
+    assert event("\n") == event("\r\n")
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2000), st.lists(st.integers(0, 2000), max_size=20))
 def test_random_bytes_never_raise_anything_but_sse_error(data: bytes, cuts: list[int]) -> None:
     parser = SSEParser(max_event_bytes=4096)

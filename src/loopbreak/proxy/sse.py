@@ -112,8 +112,15 @@ def _parse_block(raw: bytes, block: bytes) -> SSEEvent:
         text = block.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SSEError(f"event is not UTF-8 (byte {exc.start})") from None
+    # The shapes nearly every event has, read without splitting lines: OpenAI's one data
+    # line, Anthropic's name and data line (positional arguments: a third cheaper).
     if text.startswith("data: ") and "\n" not in text:
-        return SSEEvent(raw, "", text[6:], True)  # positional: a third cheaper, every event
+        return SSEEvent(raw, "", text[6:], True)
+    if text.startswith("event: "):
+        end = text.find("\n")
+        if text.startswith("data: ", end + 1) and text.find("\n", end + 1) < 0 \
+                and "\r" not in text:
+            return SSEEvent(raw, text[7:end], text[end + 7:], True)
     event = SSEEvent(raw=raw)
     comments = []
     data_lines = []
