@@ -334,7 +334,8 @@ def test_many_long_sessions_replayed_in_turn_keep_their_tool_results_readings() 
                if m["role"] == "tool"}
     assert len(results) > 4096
     computed: list[str] = []
-    caches = (tool_steps._kept_fingerprints, tool_failure._kept_failure_readings)
+    caches = (tool_steps._kept_fingerprints, tool_steps._kept_shapes,
+              tool_failure._kept_failure_readings)
     originals = [cache._compute for cache in caches]
     try:
         for cache, original in zip(caches, originals):

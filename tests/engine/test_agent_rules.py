@@ -109,6 +109,29 @@ def test_a_three_call_cycle_is_watched_and_a_changing_result_breaks_it() -> None
     assert short.before_tool("a", {}).allowed
 
 
+def test_a_result_s_shape_is_read_only_when_a_cycle_could_close(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Alternation compares results with their numbers masked; working that out for every
+    # result made a session's first request mask all of its results for nothing.
+    from loopbreak._engine import tool_steps
+
+    shaped: list[str] = []
+    compute = tool_steps._kept_shapes._compute
+    monkeypatch.setattr(tool_steps._kept_shapes, "_compute",
+                        lambda text: shaped.append(text) or compute(text))
+    tool_steps.clear_caches()
+    session = _session()
+    for page in range(12):  # every call new: no step repeats the one a cycle back
+        _call(session, "open", {"p": page}, f"page {page}: 17 lines")
+    assert shaped == []
+    # Numbers alone moving between rounds do not break a cycle: the shapes are read.
+    for visit in range(3):
+        _call(session, "open", {"p": "a"}, f"page A, {visit + 3} visits")
+        _call(session, "back", {}, f"list of {visit + 10}")
+    assert shaped and not session.before_tool("open", {"p": "a"}).allowed
+    tool_steps.clear_caches()
+
+
 # --- repeated-error ------------------------------------------------------------------------
 
 

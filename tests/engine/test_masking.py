@@ -63,5 +63,6 @@ def _normalised_by_definition(text: str) -> str:
 @example("Error 0x1F at deadbeef12, line 42\n\n  again 7")
 @example("\u3000Ａ١２ 3")
 def test_fingerprints_and_error_forms_keep_their_definitions(text: str) -> None:
-    assert tool_steps._fingerprints(text) == _fingerprints_by_definition(text)
+    assert (tool_steps._fingerprint(text), tool_steps._shape(text)) \
+        == _fingerprints_by_definition(text)
     assert tool_failure._normalise(text) == _normalised_by_definition(text)

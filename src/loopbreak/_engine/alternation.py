@@ -42,7 +42,8 @@ class AlternationRule:
             if len(steps) < span:
                 break
             back = steps[-1 - period]
-            if (back.key, back.shape) != (last.key, last.shape):
+            # The key first: a step's shape is worked out only when it is asked for.
+            if back.key != last.key or back.shape != last.shape:
                 continue  # the newest step does not repeat this period's: no cycle closes
             tail = list(steps)[-span:]
             unit = tail[:period]

@@ -30,7 +30,7 @@ from loopbreak._engine.notices import (
 from loopbreak._engine.repeated_error import RepeatedErrorRule
 from loopbreak._engine.stall import Reaction, StallRule, StallVerdict
 from loopbreak._engine.tool_failure import ToolFailureBreaker, normalise_error
-from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprints
+from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprint
 from loopbreak._engine.trip import Trip
 
 
@@ -259,10 +259,9 @@ class SessionGuard:
         self._tried.add(key)
         self._tools_seen = True
         error = result if error_text is None else error_text
-        same, shape = result_fingerprints(result)
-        step = ToolStep(name, key, same, failed,
+        step = ToolStep(name, key, result_fingerprint(result), failed,
                         normalise_error(error, self._config.repeated_error.error_chars)
-                        if failed else "", shape)
+                        if failed else "", result)
         # Every rule records the step; the model reads one guidance, the most specific.
         found = [
             self._tools.after_key(name, key, failed=failed, error_code=error_code,
