@@ -80,11 +80,8 @@ class OpenAIStream:
         # (a copy of every event otherwise).
         if not data.endswith("}") and data.strip() == "[DONE]":
             return [Piece("done")]
-        try:  # _load(), inline: every event of every stream comes here
-            obj = _loads(data)
-        except ValueError as exc:
-            raise BrokenStream(f"unparseable event data: {exc}") from None
-        if type(obj) is not dict:
+        obj = _load(event)
+        if not isinstance(obj, dict):
             raise BrokenStream("event data is not a JSON object")
         if "error" in obj:
             return [Piece("error", _dumps(obj["error"]))]

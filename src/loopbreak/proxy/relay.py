@@ -259,15 +259,15 @@ class StreamRelay:
                         denied = self._denied(guard)
                         if denied:
                             self.outcome.denials += len(denied)
-                            if held_state is not None and isinstance(stream, AnthropicStream):
-                                stream.next_index, stream.open_blocks = held_state
+                            if held_state is not None and anthropic is not None:
+                                anthropic.next_index, anthropic.open_blocks = held_state
                             await self._flush(outbox)
                             return await self._deny(denied, guard)
                         outbox.extend(held)
                         self._tools_sent = True
                         held = None
                         continue
-                    out = event.raw if not continuing else self._out(event, pieces, continuing)
+                    out = self._out(event, pieces, continuing)
                     if out:
                         outbox.append(out)
                         if has_tool:

@@ -59,7 +59,6 @@ class SSEParser:
             # one event a read (a token a chunk), needs no split at all.
             end = data.find(b"\n\n")
             if end >= 0 and end == len(data) - 2:
-                self._scan_from = 0
                 return [_parse_block(data, data[:end])]
             blocks = data.split(b"\n\n")
             rest = blocks.pop()
