@@ -6,7 +6,9 @@ time, and must agree after every block on the streaks (so on every decision, not
 the trips a stream happens to reach) and on every trip's rule, character and evidence.
 The stall rule's 4-gram sets with ``compiled=True`` keep their grams in a numba table: fed
 the same streams, both hold the same grams at the same sampling level, and every
-containment between them is the pure one.
+containment between them is the pure one. A tool result's words (what its fingerprint
+digests) read by the kernel are the pure words, on generated text and on every result of the
+agent corpus.
 """
 
 from __future__ import annotations
@@ -393,3 +395,45 @@ def test_the_guard_and_the_replay_keep_compiled_grams_unless_told_not_to() -> No
         # The last replayed call's grams, which the stall rule compares the next call with.
         kept = view.session._stall._previous
         assert kept is not None and kept.compiled is expected
+
+
+# Every byte class the kernel reads apart: str.split's ASCII whitespace (the four
+# separators too), hex digits of both cases, the 0x prefix's letter, word characters that
+# are not hex, punctuation.
+_WORDS_ALPHABET = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f0123456789abcdefABCDEFxXghz_.-:<>"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.text(alphabet=_WORDS_ALPHABET, max_size=60))
+def test_the_words_kernel_collapses_whitespace_as_str_split_and_sees_every_hex_run(
+        text: str) -> None:
+    from loopbreak._engine.masking import may_hold_hex_run
+
+    words = " ".join(text.split())
+    assert compiled.ascii_words(text, 0) == words
+    assert compiled.ascii_words(text, 8) == (None if may_hold_hex_run(text, 8) else words)
+    assert compiled.ascii_words(text, 3) == (None if may_hold_hex_run(text, 3) else words)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=_WORDS_ALPHABET + "é\u3000\x85\xa0\U0001f600", max_size=60))
+def test_a_result_s_words_are_the_pure_words_with_the_kernels_loaded(text: str) -> None:
+    from loopbreak._engine import tool_steps
+
+    assert tool_steps._words(text) == tool_steps.python_words(text)
+
+
+def test_real_tool_results_read_as_the_same_words_with_the_kernels_loaded() -> None:
+    from loopbreak._engine import tool_steps
+    from loopbreak.offline.agent_corpus import load_trajectories
+
+    corpus = Path(__file__).resolve().parents[2] / "agent-corpus"
+    results = [step["result"] for run in load_trajectories([corpus]) for step in run.steps
+               if isinstance(step.get("result"), str)]
+    assert len(results) > 1000
+    masked = 0
+    for result in results:
+        words = tool_steps._words(result)
+        assert words == tool_steps.python_words(result)
+        masked += "<hex>" in words
+    assert masked > 10  # the results whose ids the kernel sends back to the expression

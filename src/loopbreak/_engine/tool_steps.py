@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from loopbreak._engine import accelerator
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
 from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 
@@ -54,6 +55,18 @@ def result_shape(result: str) -> str:
 
 
 def _words(result: str) -> str:
+    """``result`` with its hex ids masked and its whitespace collapsed."""
+    kernels = accelerator.loaded()
+    if kernels is not None and result.isascii():
+        words: str | None = kernels.ascii_words(result, _HEX_ID_CHARS)
+        if words is not None:
+            return words
+        return kernels.ascii_words(_HEX_RUN.sub(_id, result), 0)  # type: ignore[no-any-return]
+    return python_words(result)
+
+
+def python_words(result: str) -> str:
+    """``_words`` without the compiled kernels (the reference)."""
     text = _HEX_RUN.sub(_id, result) if may_hold_hex_run(result, _HEX_ID_CHARS) else result
     return " ".join(text.split())
 
