@@ -437,3 +437,18 @@ def test_real_tool_results_read_as_the_same_words_with_the_kernels_loaded() -> N
         assert words == tool_steps.python_words(result)
         masked += "<hex>" in words
     assert masked > 10  # the results whose ids the kernel sends back to the expression
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="ab \u0101\u4e00\U0001f600\ud800", max_size=40),
+       size=st.integers(1, 6), cut=st.integers(0, 40))
+def test_a_compiled_gram_table_of_any_size_holds_every_gram(text: str, size: int,
+                                                            cut: int) -> None:
+    # Every size the kernel keys (a key's first three characters in one word, the rest in
+    # the other), taken in one piece or two (the second starting with the first's last
+    # size - 1 characters, as a gram set carries them).
+    table = compiled.GramTable(size, 1 << 16)
+    cut = min(cut, len(text))
+    table.take(text[:cut])
+    table.take(text[max(0, cut - size + 1):])
+    assert table.sample(0) == {text[i : i + size] for i in range(len(text) - size + 1)}
