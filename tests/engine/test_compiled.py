@@ -440,15 +440,41 @@ def test_real_tool_results_read_as_the_same_words_with_the_kernels_loaded() -> N
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet="ab \u0101\u4e00\U0001f600\ud800", max_size=40),
+@given(text=st.text(alphabet="ab \x00\u0101\u4e00\U0001f600\ud800", max_size=40),
        size=st.integers(1, 6), cut=st.integers(0, 40))
 def test_a_compiled_gram_table_of_any_size_holds_every_gram(text: str, size: int,
                                                             cut: int) -> None:
-    # Every size the kernel keys (a key's first three characters in one word, the rest in
-    # the other), taken in one piece or two (the second starting with the first's last
-    # size - 1 characters, as a gram set carries them).
-    table = compiled.GramTable(size, 1 << 16)
+    # Every size each table keys (GramTable: a key's first three characters in one word,
+    # the rest in the other; PackedGramTable: up to four BMP characters in one word, the
+    # all-NUL gram flagged, wide from the first astral character on), taken in one piece
+    # or two (the second starting with the first's last size - 1 characters, as a gram set
+    # carries them).
+    kinds = [compiled.GramTable] + ([compiled.PackedGramTable] if size <= 4 else [])
     cut = min(cut, len(text))
-    table.take(text[:cut])
-    table.take(text[max(0, cut - size + 1):])
-    assert table.sample(0) == {text[i : i + size] for i in range(len(text) - size + 1)}
+    for kind in kinds:
+        table = kind(size, 1 << 16)
+        table.take(text[:cut])
+        table.take(text[max(0, cut - size + 1):])
+        grams = {text[i : i + size] for i in range(len(text) - size + 1)}
+        assert table.sample(0) == grams and len(table) == len(grams)
+
+
+def test_a_packed_gram_set_turns_wide_at_its_first_astral_character_keeping_its_grams(
+        ) -> None:
+    # Past its cap first (sampled at a level above 0), then an emoji: the same grams,
+    # level and containment as the pure set, before and after the table turns wide.
+    text = "".join(f"line {i}: {i * 7919 % 1000} \u597d\x00\x00\x00\x00 " for i in range(400))
+    pure, fast = _gram_pair([text], 300)
+    assert fast.level >= 2 and fast._table is not None
+    assert isinstance(fast._table, compiled.PackedGramTable) and fast._table._wide is None
+    _same_grams(pure, fast)
+    before = (GramSet(cap=300), GramSet(cap=300, compiled=True))
+    for grams in before:
+        grams.feed(text[::-1])
+    _same_containments((pure, fast), before)
+    for grams in (pure, fast):
+        grams.feed("and then \U0001f600 " + text[:2000])
+    assert fast._table._wide is not None
+    _same_grams(pure, fast)
+    _same_containments((pure, fast), before)
+    _same_containments(before, (pure, fast))

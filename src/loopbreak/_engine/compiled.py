@@ -1,7 +1,7 @@
 """The compiled accelerator: numba kernels for the parts that cost most (block-repeat's
 comparisons, the stall rule's 4-gram sets, the words of a tool result's fingerprint), run
-in place of their pure-Python code where
-``numba`` is installed (``pip install loopbreak[fast]``).
+in place of their pure-Python code where ``numba`` is installed (``pip install
+loopbreak[fast]``).
 
 The pure-Python code stays the reference: every kernel makes the same decisions at the
 same character (``tests/engine/test_compiled.py`` feeds both the corpus and generated
@@ -492,7 +492,13 @@ class GramTable:
     @classmethod
     def of(cls, grams: set[str], size: int, level: int) -> GramTable:
         """A table of ``grams`` (a pure set's sample at ``level``), to compare with."""
-        table = cls(size, max(len(grams), 1))
+        return cls.holding(grams, size, max(len(grams), 1), level)
+
+    @classmethod
+    def holding(cls, grams: set[str], size: int, cap: int, level: int) -> GramTable:
+        """A table of ``cap`` at ``level`` that holds ``grams`` (a sample at that level, at
+        most ``cap`` of them)."""
+        table = cls(size, cap)
         table._state[_G_LEVEL] = level
         if grams:
             table._room(len(grams))
@@ -500,8 +506,10 @@ class GramTable:
                       table._state, STR_HASH_SECRET)
         return table
 
-    def common(self, other: GramTable, level: int) -> tuple[int, int, int]:
+    def common(self, other: GramTable | PackedGramTable, level: int) -> tuple[int, int, int]:
         """Both samples' sizes at ``level`` (at least both levels) and the grams they share."""
+        if isinstance(other, PackedGramTable):
+            other = other.as_wide()
         self._hash_for(level)
         other._hash_for(level)
         if self._keys is None or other._keys is None:
@@ -537,6 +545,303 @@ class GramTable:
         rows = self._keys[: int(self._state[_G_COUNT])]
         rows = rows[(rows[:, _STR_HASH] & np.uint64((1 << level) - 1)) == 0]
         text = gram_points(rows, size).tobytes().decode("utf-32-le", "surrogatepass")
+        return {text[i : i + size] for i in range(0, len(text), size)}
+
+
+# --- packed gram sets: the same set for grams of at most four BMP characters -------------
+
+# A gram of at most four characters of the Basic Multilingual Plane is its code points, 16
+# bits each, in one 64-bit word: the word is the key and sits in its slot itself, so a gram
+# costs one memory access, where GramTable's slot leads to a row of four words. A long
+# call's set (47,000 grams of stdlib source: 1 MB of slots against GramTable's 3 MB of slots
+# and rows) then misses the cache less, and pushes less of the rules' data out of it.
+_PACK_BITS = 16
+_PACK_MOST = 4
+# A packed table's integers: grams kept (the all-NUL gram, whose word is the empty slot's,
+# among them when _P_ZERO says so), level, cap, gram size, the index's shift.
+_P_COUNT, _P_LEVEL, _P_CAP, _P_SIZE, _P_ZERO, _P_SHIFT = range(6)
+
+
+def _packed_slots(keys: int) -> tuple[int, int]:
+    """Slots for ``keys`` at a load of at most a half, and the shift that indexes them."""
+    slots = _table_slots(keys)
+    return slots, 64 - (slots.bit_length() - 1)
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _packed_index(key: Any, shift: int) -> Any:
+    # Fibonacci hashing: the product's top bits depend on every bit of the key.
+    return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _packed_find(table: Any, key: Any, shift: int) -> Any:
+    """The slot holding ``key``, or the empty one where it would go."""
+    mask = table.shape[0] - 1
+    at = _packed_index(key, shift)
+    while True:
+        slot = table[at]
+        if slot == key or slot == 0:
+            return at
+        at = (at + 1) & mask
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _packed_hash(key: Any, size: int, points: Any, secret: Any) -> Any:
+    """The str hash of the gram ``key`` packs (``points``: scratch room for it)."""
+    for k in range(size):
+        points[k] = np.uint32((key >> np.uint64(_PACK_BITS * (size - 1 - k))) & np.uint64(0xFFFF))
+    return _str_hash(points, 0, size, secret)
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def packed_rehash(old: Any, table: Any, shift: int) -> None:
+    """Put every key of ``old`` into the empty ``table``."""
+    for at in range(old.shape[0]):
+        key = old[at]
+        if key != 0:
+            table[_packed_find(table, key, shift)] = key
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any) -> None:
+    """GramTable's take (gram_take) for BMP ``points`` in a packed table: the grams starting
+    every ``stride`` characters that the sample keeps; past the cap, the sample halves
+    until it fits. ``table`` has room for every gram at a load of at most a half."""
+    count = state[_P_COUNT]
+    level = state[_P_LEVEL]
+    cap = state[_P_CAP]
+    size = state[_P_SIZE]
+    shift = state[_P_SHIFT]
+    mask = table.shape[0] - 1
+    sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    # A key keeps its last ``size`` characters: a word of four loses the oldest as it shifts.
+    full = np.uint64(0xFFFFFFFFFFFFFFFF) if size == _PACK_MOST else \
+        (np.uint64(1) << np.uint64(_PACK_BITS * size)) - np.uint64(1)
+    key = np.uint64(0)
+    if stride == 1:
+        for k in range(min(size - 1, len(points))):
+            key = (key << np.uint64(_PACK_BITS)) | np.uint64(points[k])
+    for start in range(0, len(points) - size + 1, stride):
+        # Most grams of text came before: the loop finds them in one probe or two and
+        # does nothing more (a new one is hashed and sampled, the all-NUL one flagged).
+        if stride == 1:
+            key = ((key << np.uint64(_PACK_BITS)) | np.uint64(points[start + size - 1])) & full
+        else:
+            key = np.uint64(0)
+            for k in range(size):
+                key = (key << np.uint64(_PACK_BITS)) | np.uint64(points[start + k])
+        if key == 0:
+            if state[_P_ZERO] or (level and _str_hash(points, start, size, secret) & sample):
+                continue
+            state[_P_ZERO] = 1
+        else:
+            at = _packed_index(key, shift)
+            slot = table[at]
+            while slot != key and slot != 0:
+                at = (at + 1) & mask
+                slot = table[at]
+            if slot != 0 or (level and _str_hash(points, start, size, secret) & sample):
+                continue
+            table[at] = key
+        count += 1
+        if count > cap:
+            count, level = _packed_halve(table, state, count, level, size, shift, secret)
+            sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    state[_P_COUNT] = count
+    state[_P_LEVEL] = level
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _packed_halve(table: Any, state: Any, count: int, level: int, size: int, shift: int,
+                  secret: Any) -> Any:
+    """Halve the sample (one more low zero bit of the str hash) until it fits the cap;
+    the count and level after."""
+    scratch = np.zeros(size, dtype=np.uint32)
+    while count > state[_P_CAP]:
+        level += 1
+        sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+        kept = np.zeros(count, dtype=np.uint64)
+        left = 0
+        for at in range(table.shape[0]):
+            old = table[at]
+            if old != 0:
+                table[at] = 0
+                if not _packed_hash(old, size, scratch, secret) & sample:
+                    kept[left] = old
+                    left += 1
+        for row in range(left):
+            table[_packed_find(table, kept[row], shift)] = kept[row]
+        if state[_P_ZERO] and _packed_hash(np.uint64(0), size, scratch, secret) & sample:
+            state[_P_ZERO] = 0
+        count = left + state[_P_ZERO]
+    return count, level
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _packed_sample_size(table: Any, zero: int, level: int, size: int, secret: Any) -> int:
+    sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    scratch = np.zeros(size, dtype=np.uint32)
+    kept = 0
+    for at in range(table.shape[0]):
+        key = table[at]
+        if key != 0 and not _packed_hash(key, size, scratch, secret) & sample:
+            kept += 1
+    if zero and not _packed_hash(np.uint64(0), size, scratch, secret) & sample:
+        kept += 1
+    return kept
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def packed_common(table: Any, zero: int, other: Any, other_zero: int, other_shift: int,
+                  level: int, size: int, secret: Any) -> Any:
+    """How many of the grams of ``table`` kept at ``level`` there are, and how many of them
+    ``other`` holds (every gram of ``other`` is kept at its level, at most ``level``)."""
+    sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    scratch = np.zeros(size, dtype=np.uint32)
+    mine = 0
+    common = 0
+    for at in range(table.shape[0]):
+        key = table[at]
+        if key == 0 or (level and _packed_hash(key, size, scratch, secret) & sample):
+            continue
+        mine += 1
+        if other[_packed_find(other, key, other_shift)] != 0:
+            common += 1
+    if zero and not (level and _packed_hash(np.uint64(0), size, scratch, secret) & sample):
+        mine += 1
+        if other_zero:
+            common += 1
+    return mine, common
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def packed_points(table: Any, zero: int, level: int, size: int, secret: Any) -> Any:
+    """The code points of the grams kept at ``level``, one gram after another."""
+    sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
+    scratch = np.zeros(size, dtype=np.uint32)
+    points = np.zeros((table.shape[0] + 1) * size, dtype=np.uint32)
+    n = 0
+    for at in range(table.shape[0]):
+        key = table[at]
+        if key == 0 or (level and _packed_hash(key, size, scratch, secret) & sample):
+            continue
+        for k in range(size):
+            points[n] = np.uint32((key >> np.uint64(_PACK_BITS * (size - 1 - k)))
+                                  & np.uint64(0xFFFF))
+            n += 1
+    if zero and not (level and _packed_hash(np.uint64(0), size, scratch, secret) & sample):
+        n += size  # the all-NUL gram: zeros already
+    return points[:n]
+
+
+class PackedGramTable:
+    """A :class:`GramTable` for grams of at most four characters, packed in one word each
+    while every character is in the Basic Multilingual Plane: the same grams, sampled by
+    the same str hash. The first character past it (an emoji) turns the table into a
+    GramTable holding the same grams, which takes everything after."""
+
+    __slots__ = ("_state", "_table", "_wide")
+
+    def __init__(self, size: int, cap: int) -> None:
+        self._table: Any = None  # made by the first take: a call may hold no reasoning
+        self._wide: GramTable | None = None
+        self._state = np.zeros(6, dtype=np.int64)
+        self._state[_P_CAP] = cap
+        self._state[_P_SIZE] = size
+
+    @staticmethod
+    def supports(size: int) -> bool:
+        """Whether a set of ``size``-grams can run packed here."""
+        return 1 <= size <= _PACK_MOST and STR_HASH_SECRET is not None
+
+    @property
+    def level(self) -> int:
+        return self._wide.level if self._wide is not None else int(self._state[_P_LEVEL])
+
+    def __len__(self) -> int:
+        return len(self._wide) if self._wide is not None else int(self._state[_P_COUNT])
+
+    def take(self, text: str) -> None:
+        """Add the grams of ``text`` (which starts with the last set's carry)."""
+        if self._wide is not None:
+            self._wide.take(text)
+            return
+        grams = len(text) - int(self._state[_P_SIZE]) + 1
+        if grams <= 0:
+            return
+        points = _code_points(text)
+        if not isinstance(points, bytes) and int(points.max()) > 0xFFFF:
+            self._wide = self.as_wide()
+            self._table = None
+            self._wide.take(text)
+            return
+        self._room(grams)
+        packed_take(points, 1, self._table, self._state, STR_HASH_SECRET)
+
+    def _room(self, grams: int) -> None:
+        """Slots for ``grams`` more keys (the set never holds more than its cap and one)."""
+        need = min(int(self._state[_P_COUNT]) + grams, int(self._state[_P_CAP]) + 1)
+        slots, shift = _packed_slots(need)
+        if self._table is not None and self._table.shape[0] >= slots:
+            return
+        table = np.zeros(slots, dtype=np.uint64)
+        if self._table is not None:
+            packed_rehash(self._table, table, shift)
+        self._table = table
+        self._state[_P_SHIFT] = shift
+
+    def as_wide(self) -> GramTable:
+        """A GramTable holding these grams at this level, with this cap."""
+        if self._wide is not None:
+            return self._wide
+        return GramTable.holding(self.sample(self.level), int(self._state[_P_SIZE]),
+                                 int(self._state[_P_CAP]), self.level)
+
+    @classmethod
+    def of(cls, grams: set[str], size: int, level: int) -> PackedGramTable:
+        """A table of ``grams`` (a pure set's sample at ``level``), to compare with."""
+        table = cls(size, max(len(grams), 1))
+        table._state[_P_LEVEL] = level
+        if grams:
+            points = _code_points("".join(grams))
+            if not isinstance(points, bytes) and int(points.max()) > 0xFFFF:
+                table._wide = GramTable.of(grams, size, level)
+            else:
+                table._room(len(grams))
+                packed_take(points, size, table._table, table._state, STR_HASH_SECRET)
+        return table
+
+    def common(self, other: GramTable | PackedGramTable, level: int) -> tuple[int, int, int]:
+        """Both samples' sizes at ``level`` (at least both levels) and the grams they share."""
+        if self._wide is not None or isinstance(other, GramTable) or other._wide is not None:
+            return self.as_wide().common(other, level)
+        if self._table is None or other._table is None:
+            return self._sample_size(level), other._sample_size(level), 0
+        size = int(self._state[_P_SIZE])
+        mine, common = packed_common(self._table, int(self._state[_P_ZERO]), other._table,
+                                     int(other._state[_P_ZERO]), int(other._state[_P_SHIFT]),
+                                     level, size, STR_HASH_SECRET)
+        return int(mine), other._sample_size(level), int(common)
+
+    def _sample_size(self, level: int) -> int:
+        if self._table is None:
+            return 0
+        if not level:
+            return int(self._state[_P_COUNT])
+        return int(_packed_sample_size(self._table, int(self._state[_P_ZERO]), level,
+                                       int(self._state[_P_SIZE]), STR_HASH_SECRET))
+
+    def sample(self, level: int) -> set[str]:
+        """The grams kept at ``level``, as strings."""
+        if self._wide is not None:
+            return self._wide.sample(level)
+        if self._table is None:
+            return set()
+        size = int(self._state[_P_SIZE])
+        points = packed_points(self._table, int(self._state[_P_ZERO]), level, size,
+                               STR_HASH_SECRET)
+        text = points.tobytes().decode("utf-32-le", "surrogatepass")
         return {text[i : i + size] for i in range(0, len(text), size)}
 
 
@@ -622,5 +927,13 @@ def warm() -> None:
         unhashed = GramTable(4, 64)  # grams hashed only when read at a higher level
         unhashed.take("abcdefgh")
         unhashed.sample(1)
+        for size in (4, 2):
+            packed = PackedGramTable(size, 2)
+            packed.take("abcdefgh")  # past its cap: halved
+            packed.take("ij\u4e00klmn\x00\x00\x00\x00")
+            packed.common(PackedGramTable.of({"abcd"[:size]}, size, packed.level), packed.level)
+            packed.common(grams, 0)
+            packed.sample(packed.level)
+            packed.take("\U0001f600bcd")  # turned wide
     ascii_words("a  b\tc", 8)
     ascii_words("", 0)

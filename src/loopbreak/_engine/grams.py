@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from loopbreak._engine import accelerator
 
 if TYPE_CHECKING:
-    from loopbreak._engine.compiled import GramTable
+    from loopbreak._engine.compiled import GramTable, PackedGramTable
 
 Shingle = int | str
 """A shingle's key: equal keys mean equal substrings."""
@@ -105,8 +105,10 @@ class GramSet:
     bias, so a 1 MB call costs no more memory than a 64 kB one.
 
     With ``compiled`` and the kernels loaded, the grams are kept in a compiled table
-    (:class:`~loopbreak._engine.compiled.GramTable`) that holds the same grams, sampled by
-    the same str hash, at about a quarter of the cost.
+    (:class:`~loopbreak._engine.compiled.PackedGramTable`, each gram of at most four BMP
+    characters one word; :class:`~loopbreak._engine.compiled.GramTable` for longer grams
+    and from a call's first astral character on) that holds the same grams, sampled by the
+    same str hash, at about a quarter of the cost.
     """
 
     __slots__ = ("_cap", "_carry", "_consumed", "_fresh", "_gathered", "_grams", "_level",
@@ -116,9 +118,10 @@ class GramSet:
         self._size = size
         self._cap = cap
         kernels = accelerator.loaded() if compiled else None
-        self._table: GramTable | None = (
-            kernels.GramTable(size, cap)
-            if kernels is not None and kernels.GramTable.supports(size) else None)
+        self._table: GramTable | PackedGramTable | None = (
+            None if kernels is None
+            else kernels.PackedGramTable(size, cap) if kernels.PackedGramTable.supports(size)
+            else kernels.GramTable(size, cap) if kernels.GramTable.supports(size) else None)
         self._grams: set[str] = set()
         self._level = 0
         self._carry = ""
@@ -253,7 +256,8 @@ class GramSet:
         return len(small & large) / len(small)
 
 
-def _as_table(grams: GramSet, compiled: GramTable | None, level: int) -> GramTable:
+def _as_table(grams: GramSet, compiled: GramTable | PackedGramTable | None,
+              level: int) -> GramTable | PackedGramTable:
     """A pure set's sample at ``level`` as a table like ``compiled``, to compare with it."""
     assert compiled is not None
     return type(compiled).of(grams.sample(level), grams._size, level)
