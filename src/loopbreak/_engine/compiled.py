@@ -932,7 +932,8 @@ def warm() -> None:
             packed.take("abcdefgh")  # past its cap: halved
             packed.take("ij\u4e00klmn\x00\x00\x00\x00")
             packed.common(PackedGramTable.of({"abcd"[:size]}, size, packed.level), packed.level)
-            packed.common(grams, 0)
+            packed.common(GramTable.of({"\U0001f600bcd"[:size]}, size, packed.level),
+                          packed.level)  # a packed set against a wide one
             packed.sample(packed.level)
             packed.take("\U0001f600bcd")  # turned wide
     ascii_words("a  b\tc", 8)
