@@ -587,10 +587,17 @@ def _packed_find(table: Any, key: Any, shift: int) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+def _unpack(key: Any, size: int, points: Any, at: int) -> None:
+    """Write the ``size`` code points ``key`` packs to ``points`` from ``at``."""
+    for k in range(size):
+        points[at + k] = np.uint32((key >> np.uint64(_PACK_BITS * (size - 1 - k)))
+                                   & np.uint64(0xFFFF))
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
 def _packed_hash(key: Any, size: int, points: Any, secret: Any) -> Any:
     """The str hash of the gram ``key`` packs (``points``: scratch room for it)."""
-    for k in range(size):
-        points[k] = np.uint32((key >> np.uint64(_PACK_BITS * (size - 1 - k))) & np.uint64(0xFFFF))
+    _unpack(key, size, points, 0)
     return _str_hash(points, 0, size, secret)
 
 
@@ -726,13 +733,16 @@ def packed_points(table: Any, zero: int, level: int, size: int, secret: Any) -> 
         key = table[at]
         if key == 0 or (level and _packed_hash(key, size, scratch, secret) & sample):
             continue
-        for k in range(size):
-            points[n] = np.uint32((key >> np.uint64(_PACK_BITS * (size - 1 - k)))
-                                  & np.uint64(0xFFFF))
-            n += 1
+        _unpack(key, size, points, n)
+        n += size
     if zero and not (level and _packed_hash(np.uint64(0), size, scratch, secret) & sample):
         n += size  # the all-NUL gram: zeros already
     return points[:n]
+
+
+def _past_bmp(points: Any) -> bool:
+    """Whether code points from ``_code_points`` hold one past the BMP (ASCII bytes never)."""
+    return not isinstance(points, bytes) and int(points.max()) > 0xFFFF
 
 
 class PackedGramTable:
@@ -771,7 +781,7 @@ class PackedGramTable:
         if grams <= 0:
             return
         points = _code_points(text)
-        if not isinstance(points, bytes) and int(points.max()) > 0xFFFF:
+        if _past_bmp(points):
             self._wide = self.as_wide()
             self._table = None
             self._wide.take(text)
@@ -782,9 +792,10 @@ class PackedGramTable:
     def _room(self, grams: int) -> None:
         """Slots for ``grams`` more keys (the set never holds more than its cap and one)."""
         need = min(int(self._state[_P_COUNT]) + grams, int(self._state[_P_CAP]) + 1)
-        slots, shift = _packed_slots(need)
-        if self._table is not None and self._table.shape[0] >= slots:
+        # A table is a power of two of at least 8 slots: at least twice ``need`` is room.
+        if self._table is not None and self._table.shape[0] >= 2 * need:
             return
+        slots, shift = _packed_slots(need)
         table = np.zeros(slots, dtype=np.uint64)
         if self._table is not None:
             packed_rehash(self._table, table, shift)
@@ -805,7 +816,7 @@ class PackedGramTable:
         table._state[_P_LEVEL] = level
         if grams:
             points = _code_points("".join(grams))
-            if not isinstance(points, bytes) and int(points.max()) > 0xFFFF:
+            if _past_bmp(points):
                 table._wide = GramTable.of(grams, size, level)
             else:
                 table._room(len(grams))
