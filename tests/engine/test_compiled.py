@@ -478,3 +478,25 @@ def test_a_packed_gram_set_turns_wide_at_its_first_astral_character_keeping_its_
     _same_grams(pure, fast)
     _same_containments((pure, fast), before)
     _same_containments(before, (pure, fast))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="abc \x00\u4e00", max_size=400), cap=st.integers(1, 80),
+       pieces=st.integers(1, 8))
+def test_a_packed_table_s_cache_of_grams_seen_changes_no_gram(text: str, cap: int,
+                                                              pieces: int) -> None:
+    # The cache skips a gram met before: one in the table, or one its sample leaves out
+    # (then or after a halving since). A table whose cache is emptied before every take
+    # (each gram looked up in the table and hashed anew) holds the same grams; the text is
+    # taken twice, so the second time every gram is met again, across halvings.
+    cached, uncached = compiled.PackedGramTable(3, cap), compiled.PackedGramTable(3, cap)
+    step = max(1, len(text) // pieces)
+    for start in [*range(0, len(text), step), *range(0, len(text), step)]:
+        piece = text[max(0, start - 2) : start + step]
+        cached.take(piece)
+        if uncached._seen is not None:
+            uncached._seen[:] = 0
+        uncached.take(piece)
+    assert cached._seen is not None or len(text) < 3
+    assert (cached.level, len(cached)) == (uncached.level, len(uncached))
+    assert cached.sample(cached.level) == uncached.sample(uncached.level)

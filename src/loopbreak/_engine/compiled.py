@@ -558,8 +558,16 @@ class GramTable:
 _PACK_BITS = 16
 _PACK_MOST = 4
 # A packed table's integers: grams kept (the all-NUL gram, whose word is the empty slot's,
-# among them when _P_ZERO says so), level, cap, gram size, the index's shift.
-_P_COUNT, _P_LEVEL, _P_CAP, _P_SIZE, _P_ZERO, _P_SHIFT = range(6)
+# among them when _P_ZERO says so), level, cap, gram size, the index's shift, the shift
+# that indexes its cache of grams seen.
+_P_COUNT, _P_LEVEL, _P_CAP, _P_SIZE, _P_ZERO, _P_SHIFT, _P_SEEN_SHIFT = range(7)
+# A packed table keeps the last gram seen in each slot of a small direct-mapped cache: a
+# quarter of the table's slots, at most this many (128 kB, within a core's L2 cache). A gram
+# met again costs one probe of the cache: past a few hundred kB of reasoning the table (2 MB
+# at its cap) misses the L2 cache on most probes, and once sampled, every gram the sample
+# leaves out is hashed again each time it comes back (a 1 MB call's last token cost 1.2
+# times its first; with the cache, 1.0).
+_SEEN_MOST = 1 << 14
 
 
 def _packed_slots(keys: int) -> tuple[int, int]:
@@ -611,15 +619,18 @@ def packed_rehash(old: Any, table: Any, shift: int) -> None:
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
-def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any) -> None:
+def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any,
+                seen: Any) -> None:
     """GramTable's take (gram_take) for BMP ``points`` in a packed table: the grams starting
     every ``stride`` characters that the sample keeps; past the cap, the sample halves
-    until it fits. ``table`` has room for every gram at a load of at most a half."""
+    until it fits. ``table`` has room for every gram at a load of at most a half; ``seen``
+    is the table's cache of grams seen (zeros: none)."""
     count = state[_P_COUNT]
     level = state[_P_LEVEL]
     cap = state[_P_CAP]
     size = state[_P_SIZE]
     shift = state[_P_SHIFT]
+    seen_shift = state[_P_SEEN_SHIFT]
     mask = table.shape[0] - 1
     sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
     # A key keeps its last ``size`` characters: a word of four loses the oldest as it shifts.
@@ -643,6 +654,12 @@ def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any) -
                 continue
             state[_P_ZERO] = 1
         else:
+            # A gram seen before changes nothing now: it is in the table, or the sample
+            # leaves it out (it did then, or a halving since dropped it: a level only rises).
+            cached = _packed_index(key, seen_shift)
+            if seen[cached] == key:
+                continue
+            seen[cached] = key
             at = _packed_index(key, shift)
             slot = table[at]
             while slot != key and slot != 0:
@@ -751,12 +768,13 @@ class PackedGramTable:
     the same str hash. The first character past it (an emoji) turns the table into a
     GramTable holding the same grams, which takes everything after."""
 
-    __slots__ = ("_state", "_table", "_wide")
+    __slots__ = ("_seen", "_state", "_table", "_wide")
 
     def __init__(self, size: int, cap: int) -> None:
         self._table: Any = None  # made by the first take: a call may hold no reasoning
+        self._seen: Any = None  # made with the table, and anew with each larger one
         self._wide: GramTable | None = None
-        self._state = np.zeros(6, dtype=np.int64)
+        self._state = np.zeros(7, dtype=np.int64)
         self._state[_P_CAP] = cap
         self._state[_P_SIZE] = size
 
@@ -787,7 +805,7 @@ class PackedGramTable:
             self._wide.take(text)
             return
         self._room(grams)
-        packed_take(points, 1, self._table, self._state, STR_HASH_SECRET)
+        packed_take(points, 1, self._table, self._state, STR_HASH_SECRET, self._seen)
 
     def _room(self, grams: int) -> None:
         """Slots for ``grams`` more keys (the set never holds more than its cap and one)."""
@@ -801,6 +819,9 @@ class PackedGramTable:
             packed_rehash(self._table, table, shift)
         self._table = table
         self._state[_P_SHIFT] = shift
+        seen = max(8, min(_SEEN_MOST, slots // 4))
+        self._seen = np.zeros(seen, dtype=np.uint64)
+        self._state[_P_SEEN_SHIFT] = 64 - (seen.bit_length() - 1)
 
     def as_wide(self) -> GramTable:
         """A GramTable holding these grams at this level, with this cap."""
@@ -820,7 +841,8 @@ class PackedGramTable:
                 table._wide = GramTable.of(grams, size, level)
             else:
                 table._room(len(grams))
-                packed_take(points, size, table._table, table._state, STR_HASH_SECRET)
+                packed_take(points, size, table._table, table._state, STR_HASH_SECRET,
+                            table._seen)
         return table
 
     def common(self, other: GramTable | PackedGramTable, level: int) -> tuple[int, int, int]:
