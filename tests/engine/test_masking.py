@@ -62,6 +62,7 @@ def _normalised_by_definition(text: str) -> str:
 @given(_TEXTS)
 @example("Error 0x1F at deadbeef12, line 42\n\n  again 7")
 @example("\u3000Ａ١２ 3")
+@example("FACADE cafebabe 1234567 beef12 a1b2c3d4e5 abc123_x 0x 0xg dead-beef00")
 def test_fingerprints_and_error_forms_keep_their_definitions(text: str) -> None:
     assert (tool_steps._fingerprint(text), tool_steps._shape(text)) \
         == _fingerprints_by_definition(text)
