@@ -35,7 +35,9 @@ from loopbreak.bench.throughput import (
     loopbreak_subject,
     measure_per_delta,
     measure_subject,
+    measure_subjects,
     measure_throughput,
+    measure_throughputs,
     plan_stream,
     ratios,
     stdlib_text,
@@ -109,6 +111,41 @@ def test_throughput_repeats_passes_until_min_seconds_or_max_passes() -> None:
                              clock=clock)
     assert two.passes == 2
 
+
+
+def _slowing_guard(clock: FakeClock, ns: int, order: list[int]) -> Factory:
+    """A guard costing ``ns`` a delta on a machine that halves its speed at 12,000 ns."""
+    def make() -> Feeder:
+        order.append(ns)
+
+        def feed(delta: str) -> bool:
+            clock.now += (ns if clock.now < 12_000 else 2 * ns) if delta else 0
+            return False
+
+        return feed
+
+    return make
+
+
+def test_subjects_judge_their_passes_in_rounds() -> None:
+    # Each subject a pass in turn: both meet the machine before and after it slows alike,
+    # and their ratio holds (1,000 and 3,000 ns a pass, then 2,000 and 6,000).
+    clock, order = FakeClock(), []
+    deltas = ["x" * 10] * 10
+    ours, peer = measure_throughputs(
+        [_slowing_guard(clock, 100, order), _slowing_guard(clock, 300, order)], [deltas],
+        go_on=True, min_seconds=9e-6, max_passes=20, clock=clock)
+    # Rounds until the faster one has spent 9,000 ns too: 3 x 1,000 + 3 x 2,000.
+    assert ours.passes == peer.passes == 6
+    assert order == [100, 300] * 6
+    assert ours.chars_per_s / peer.chars_per_s == pytest.approx(3.0)
+    # One after the other, the second subject alone meets the slow machine: its passes take
+    # 3,000 and 6,000 ns, the first's all 1,000, and the ratio reads 4.
+    clock, order = FakeClock(), []
+    alone = [measure_throughput(_slowing_guard(clock, ns, order), [deltas], go_on=True,
+                                min_seconds=9e-6, max_passes=20, clock=clock)
+             for ns in (100, 300)]
+    assert alone[0].chars_per_s / alone[1].chars_per_s == pytest.approx(4.0)
 
 def test_throughput_median_ignores_one_slow_pass() -> None:
     clock = FakeClock()
@@ -240,6 +277,15 @@ def test_ratios_say_how_many_times_faster_loopbreak_is() -> None:
     assert (r.per_delta_near, r.per_delta_far) == pytest.approx((3.0, 3.0))
     assert [s.stopped_at for s in ours.loop_stops] == [10_016, 10_016]
     assert ours.loop_stops[0].after_loop_start == 10_016 - loops[0].loop_start
+    # Measured together (the throughputs in rounds on one clock): the same numbers.
+    clock = FakeClock()
+    together = measure_subjects([Subject(name, "1", fake_guard(clock, flat(ns),
+                                                                stop_after=10_000))
+                                 for name, ns in (("ours", 400), ("peer", 1_200))],
+                                clean, loops, plan, SMALL, clock=clock)
+    assert [r.name for r in together] == ["ours", "peer"]
+    assert together[0].clean == ours.clean and together[1].looping == peer.looping
+    assert together[1].per_delta.near_ns == peer.per_delta.near_ns
 
 
 def test_targets_judge_the_thresholds() -> None:

@@ -11,6 +11,12 @@ inputs, in the same process:
 * **throughput on looping text**: each of :func:`loopbreak._samples.loop_samples`
   is fed to a fresh guard until the guard stops it; only the characters actually
   judged count (a guard that has stopped judges nothing more).
+* the throughputs are measured **in rounds**: each subject judges one pass of the input
+  in turn, round after round, so a change in the machine's speed while they run (this
+  class of machine swings by a quarter within seconds) weighs on every subject alike and
+  the ratios between them hold; measured one subject after another, a peer timed in a
+  fast stretch once made loopbreak read 1.90 times as fast where the rounds around it
+  read 2.5 to 3.4.
 * **per-delta cost** near the start of one stream (10 kB) and deep into it
   (1 MB), on the *same* deltas: the probe segments are timed once after a fresh
   guard has judged the 10 kB of text that precede them, and once appended to a
@@ -352,19 +358,32 @@ def measure_throughput(make: Factory, pieces: Sequence[Sequence[str]], *, go_on:
     it, then the next piece starts on a fresh guard. ``go_on=True`` is the clean input:
     a stop is a false positive, recorded, and a fresh guard judges on.
     """
-    pass_ns: list[int] = []
-    chars = 0
-    stops: tuple[tuple[int, ...], ...] = ()
-    spent = 0
-    while not pass_ns or (spent < min_seconds * 1e9 and len(pass_ns) < max_passes):
-        start = clock()
-        judged, these = _judge_pass(make, pieces, go_on)
-        ns = clock() - start
-        if not pass_ns:
-            chars, stops = judged, these
-        pass_ns.append(ns)
-        spent += ns
-    return Throughput(chars, tuple(pass_ns), stops)
+    return measure_throughputs([make], pieces, go_on=go_on, min_seconds=min_seconds,
+                               max_passes=max_passes, clock=clock)[0]
+
+
+def measure_throughputs(makes: Sequence[Factory], pieces: Sequence[Sequence[str]], *,
+                        go_on: bool, min_seconds: float, max_passes: int,
+                        clock: Clock = time.perf_counter_ns) -> tuple[Throughput, ...]:
+    """:func:`measure_throughput` of several subjects in rounds: each judges one pass in
+    turn, round after round, until every one has spent ``min_seconds`` or ``max_passes``
+    rounds are done (every subject judges as many passes)."""
+    pass_ns: list[list[int]] = [[] for _ in makes]
+    chars = [0] * len(makes)
+    stops: list[tuple[tuple[int, ...], ...]] = [() for _ in makes]
+    spent = [0] * len(makes)
+    rounds = 0
+    while not rounds or (min(spent) < min_seconds * 1e9 and rounds < max_passes):
+        for i, make in enumerate(makes):
+            start = clock()
+            judged, these = _judge_pass(make, pieces, go_on)
+            ns = clock() - start
+            if not rounds:
+                chars[i], stops[i] = judged, these
+            pass_ns[i].append(ns)
+            spent[i] += ns
+        rounds += 1
+    return tuple(Throughput(chars[i], tuple(pass_ns[i]), stops[i]) for i in range(len(makes)))
 
 
 # ---------------------------------------------------------------------------
@@ -747,35 +766,56 @@ def measure_subject(subject: Subject, clean: Sequence[str], loops: Sequence[Loop
     """Clean throughput (and at fixed-size deltas, when given), looping throughput and
     per-delta cost of one subject.
 
-    ``on_progress(what, done)`` gets this subject's share done (0..1)."""
+    ``on_progress(what, done)`` gets the share done (0..1)."""
+    return measure_subjects([subject], clean, loops, plan, settings, clock=clock,
+                            on_progress=on_progress, clean_fixed=clean_fixed)[0]
+
+
+def measure_subjects(subjects: Sequence[Subject], clean: Sequence[str],
+                     loops: Sequence[LoopInput], plan: StreamPlan, settings: BenchSettings,
+                     *, clock: Clock = time.perf_counter_ns,
+                     on_progress: Callable[[str, float], None] | None = None,
+                     clean_fixed: Sequence[str] = ()) -> tuple[SubjectResult, ...]:
+    """:func:`measure_subject` of every subject, the throughputs measured in rounds (every
+    subject a pass in turn), then each subject's per-delta cost.
+
+    ``on_progress(what, done)`` gets the share done (0..1)."""
     def step(what: str, done: float) -> None:
         if on_progress is not None:
-            on_progress(f"{subject.name}: {what}", done)
+            on_progress(what, done)
 
-    step("clean text", 0.0)
-    clean_tp = measure_throughput(subject.make, [clean], go_on=True,
-                                  min_seconds=settings.min_seconds,
-                                  max_passes=settings.max_passes, clock=clock)
-    fixed_tp = None
-    if clean_fixed:
-        fixed_tp = measure_throughput(subject.make, [clean_fixed], go_on=True,
-                                      min_seconds=settings.min_seconds,
-                                      max_passes=settings.max_passes, clock=clock)
-    step("looping text", 0.2)
-    pieces = [cut(loop.text, settings.delta_chars) for loop in loops]
-    loop_tp = measure_throughput(subject.make, pieces, go_on=False,
-                                 min_seconds=settings.min_seconds,
-                                 max_passes=settings.max_passes, clock=clock)
-    step(f"{plan.far_start:,}-char stream", 0.4)
-    per_delta = measure_per_delta(
-        subject.make, plan, stream_seconds=settings.stream_seconds, clock=clock,
-        on_progress=lambda done: step(f"{plan.far_start:,}-char stream", 0.4 + 0.6 * done))
-    stops = tuple(
-        LoopStop(loop.name, len(loop.text), loop.loop_start, s[0] if s else None)
-        for loop, s in zip(loops, loop_tp.stops, strict=True)
-    )
-    return SubjectResult(subject.name, subject.version, subject.note, clean_tp, loop_tp,
-                         per_delta, stops, fixed_tp)
+    makes = [subject.make for subject in subjects]
+
+    def in_rounds(pieces: Sequence[Sequence[str]], go_on: bool) -> tuple[Throughput, ...]:
+        return measure_throughputs(makes, pieces, go_on=go_on, clock=clock,
+                                   min_seconds=settings.min_seconds,
+                                   max_passes=settings.max_passes)
+
+    step("clean text, every subject in turn", 0.0)
+    clean_tps = in_rounds([clean], True)
+    fixed_tps: Sequence[Throughput | None] = (
+        in_rounds([clean_fixed], True) if clean_fixed else [None] * len(subjects))
+    step("looping text, every subject in turn", 0.2)
+    loop_tps = in_rounds([cut(loop.text, settings.delta_chars) for loop in loops], False)
+    share = 0.6 / len(subjects)
+    results = []
+    for i, subject in enumerate(subjects):
+        what = f"{subject.name}: {plan.far_start:,}-char stream"
+
+        def stream_progress(done: float, i: int = i, what: str = what) -> None:
+            step(what, 0.4 + share * (i + done))
+
+        stream_progress(0.0)
+        per_delta = measure_per_delta(subject.make, plan, stream_seconds=settings.stream_seconds,
+                                      clock=clock, on_progress=stream_progress)
+        stops = tuple(
+            LoopStop(loop.name, len(loop.text), loop.loop_start, s[0] if s else None)
+            for loop, s in zip(loops, loop_tps[i].stops, strict=True)
+        )
+        results.append(SubjectResult(subject.name, subject.version, subject.note,
+                                     clean_tps[i], loop_tps[i], per_delta, stops,
+                                     fixed_tps[i]))
+    return tuple(results)
 
 
 # ---------------------------------------------------------------------------
@@ -855,16 +895,9 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
     subjects = [loopbreak_subject(channel) for channel in CHANNELS]
     subjects += [p.subject for p in peers if p.subject is not None]
 
-    results: list[SubjectResult] = []
     with heap_frozen():
-        for i, subject in enumerate(subjects):
-            def progress(what: str, done: float, i: int = i) -> None:
-                if on_progress is not None:
-                    on_progress(what, (i + done) / len(subjects))
-
-            results.append(measure_subject(subject, clean_deltas, loops, plan, settings,
-                                           clock=clock, on_progress=progress,
-                                           clean_fixed=clean_fixed))
+        results = measure_subjects(subjects, clean_deltas, loops, plan, settings, clock=clock,
+                                   on_progress=on_progress, clean_fixed=clean_fixed)
     if on_progress is not None:
         on_progress("done", 1.0)
 
