@@ -259,6 +259,19 @@ def test_the_kernels_load_once() -> None:
     assert accelerator.kernels() is accelerator.kernels() is accelerator.loaded() is not None
 
 
+
+def test_no_kernel_lets_the_gil_go() -> None:
+    # A kernel runs for microseconds; a worker thread that lets the GIL go at every call (a
+    # first request's replay calls the words kernel 800 times) kept the proxy's event loop
+    # waiting for it up to 30-55 ms at a time (compiled.py says why).
+    import numba
+
+    kernels = [k for k in vars(compiled).values()
+               if isinstance(k, numba.core.registry.CPUDispatcher)]
+    assert len(kernels) >= 20
+    assert [k.__name__ for k in kernels if k.targetoptions.get("nogil")] == []
+
+
 def _fresh_process(code: str) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=300)

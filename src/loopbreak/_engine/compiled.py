@@ -9,6 +9,13 @@ streams). numba compiles a kernel on its first call (:func:`warm` makes them all
 hash check at import compiles that one) and keeps it on disk, next to this file or in its
 user cache, so a machine compiles once; :mod:`loopbreak._engine.accelerator` imports this
 module only when loading it pays.
+
+The kernels hold the GIL (no ``nogil``): each runs for microseconds, and a thread that lets
+the GIL go and takes it back thousands of times in a row keeps another thread that waits for
+it waiting, each release starting its wait for a forced switch over. A session's first
+request, replayed in a worker thread, calls the words kernel once a tool result (800 times
+in a row): with the GIL let go, the proxy's event loop waited up to 30-55 ms at a time for
+its turn (6-7 with the Python reading, and again now).
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ def _window_bits(keys: int) -> int:
     return bits
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _mix(high: Any, low: Any) -> Any:
     # splitmix64's finalizer: every bit of both words reaches the low and the high bits
     # (shingles that differ only in their first character must not share a probe run).
@@ -70,7 +77,7 @@ def _mix(high: Any, low: Any) -> Any:
     return mixed ^ (mixed >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _key_words(points: Any, start: int, size: int) -> Any:
     """The two words of the key of the ``size`` characters from ``start``."""
     high = np.uint64(0)
@@ -83,7 +90,7 @@ def _key_words(points: Any, start: int, size: int) -> Any:
     return high, low
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _key_points(high: Any, low: Any, size: int, points: Any, at: int) -> None:
     """Write the ``size`` code points a key's two words hold to ``points`` from ``at`` (the
     inverse of :func:`_key_words`)."""
@@ -96,7 +103,7 @@ def _key_points(high: Any, low: Any, size: int, points: Any, at: int) -> None:
             (low >> np.uint64(_BITS * (size - in_high - 1 - k))) & mask)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _slot(keys: Any, table: Any, high: Any, low: Any, mixed: Any) -> Any:
     """Where a key sits in a table of ``keys``' rows (plus one; 0 is empty), or the empty
     slot where it would go."""
@@ -112,13 +119,13 @@ def _slot(keys: Any, table: Any, high: Any, low: Any, mixed: Any) -> Any:
         at = (at + 1) & mask
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _holds(keys: Any, table: Any, key: Any) -> bool:
     """Whether a block's table holds ``key``."""
     return bool(table[_slot(keys, table, key[_HIGH], key[_LOW], key[_HASH])] != 0)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _shingle_keys(points: Any, size: int, step: int, keys: Any, table: Any) -> int:
     """Write the distinct shingle keys of ``points`` into ``keys`` and the table of their
     rows ``table``; return how many there are."""
@@ -138,14 +145,14 @@ def _shingle_keys(points: Any, size: int, step: int, keys: Any, table: Any) -> i
     return n
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _count_window(window: Any, keys: Any, size: int, change: int, shift: Any) -> None:
     """Add ``change`` to the window's counter of each of ``keys``' first ``size`` keys."""
     for i in range(size):
         window[np.int64(keys[i, _HASH] >> shift)] += change
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def block_overlap(points: Any, keys: Any, tables: Any, sizes: Any, window: Any,
                   state: Any, threshold: float, compare: bool) -> float:
     """block-repeat's comparison of one block with the blocks ``min_back`` to ``max_back``
@@ -280,12 +287,12 @@ def _str_hash_secret() -> Any:
     return np.array([key[0], key[1], rounds[0], rounds[1]], dtype=np.uint64)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _rotl(x: Any, bits: int) -> Any:
     return (x << np.uint64(bits)) | (x >> np.uint64(64 - bits))
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _sip_rounds(v0: Any, v1: Any, v2: Any, v3: Any, rounds: Any) -> Any:
     for _ in range(rounds):
         v0 += v1
@@ -301,7 +308,7 @@ def _sip_rounds(v0: Any, v1: Any, v2: Any, v3: Any, rounds: Any) -> Any:
     return v0, v1, v2, v3
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _str_hash(points: Any, start: int, size: int, secret: Any) -> Any:
     """``hash(s)`` of the string of ``points[start:start + size]``, as a 64-bit word."""
     widest = np.uint32(0)
@@ -339,7 +346,7 @@ def _str_hash(points: Any, start: int, size: int, secret: Any) -> Any:
     return hashed
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _gram_rebuild(keys: Any, count: int, table: Any) -> None:
     for at in range(table.shape[0]):
         table[at] = 0
@@ -348,7 +355,7 @@ def _gram_rebuild(keys: Any, count: int, table: Any) -> None:
         table[at] = row + 1
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def gram_hash_rows(keys: Any, first: int, count: int, size: int, secret: Any) -> None:
     """Fill in the str hash of rows ``first`` to ``count``, from the code points their key
     words hold."""
@@ -358,7 +365,7 @@ def gram_hash_rows(keys: Any, first: int, count: int, size: int, secret: Any) ->
         keys[row, _STR_HASH] = _str_hash(points, 0, size, secret)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def gram_points(rows: Any, size: int) -> Any:
     """The code points of ``rows``' grams, one gram after another."""
     points = np.zeros(rows.shape[0] * size, dtype=np.uint32)
@@ -367,7 +374,7 @@ def gram_points(rows: Any, size: int) -> Any:
     return points
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
               secret: Any) -> None:
     """Add the ``size``-grams of ``points`` starting every ``stride`` characters that the
@@ -417,7 +424,7 @@ def gram_take(points: Any, stride: int, keys: Any, table: Any, state: Any,
     state[_G_HASHED] = hashed_rows
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def gram_common(keys: Any, count: int, other_keys: Any, other_count: int, other_table: Any,
                 level: int) -> Any:
     """The sizes of both sets' samples at ``level`` and how many grams they share."""
@@ -576,13 +583,13 @@ def _packed_slots(keys: int) -> tuple[int, int]:
     return slots, 64 - (slots.bit_length() - 1)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _packed_index(key: Any, shift: int) -> Any:
     # Fibonacci hashing: the product's top bits depend on every bit of the key.
     return np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _packed_find(table: Any, key: Any, shift: int) -> Any:
     """The slot holding ``key``, or the empty one where it would go."""
     mask = table.shape[0] - 1
@@ -594,7 +601,7 @@ def _packed_find(table: Any, key: Any, shift: int) -> Any:
         at = (at + 1) & mask
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _unpack(key: Any, size: int, points: Any, at: int) -> None:
     """Write the ``size`` code points ``key`` packs to ``points`` from ``at``."""
     for k in range(size):
@@ -602,14 +609,14 @@ def _unpack(key: Any, size: int, points: Any, at: int) -> None:
                                    & np.uint64(0xFFFF))
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _packed_hash(key: Any, size: int, points: Any, secret: Any) -> Any:
     """The str hash of the gram ``key`` packs (``points``: scratch room for it)."""
     _unpack(key, size, points, 0)
     return _str_hash(points, 0, size, secret)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def packed_rehash(old: Any, table: Any, shift: int) -> None:
     """Put every key of ``old`` into the empty ``table``."""
     for at in range(old.shape[0]):
@@ -618,7 +625,7 @@ def packed_rehash(old: Any, table: Any, shift: int) -> None:
             table[_packed_find(table, key, shift)] = key
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any,
                 seen: Any) -> None:
     """GramTable's take (gram_take) for BMP ``points`` in a packed table: the grams starting
@@ -676,7 +683,7 @@ def packed_take(points: Any, stride: int, table: Any, state: Any, secret: Any,
     state[_P_LEVEL] = level
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _packed_halve(table: Any, state: Any, count: int, level: int, size: int, shift: int,
                   secret: Any) -> Any:
     """Halve the sample (one more low zero bit of the str hash) until it fits the cap;
@@ -702,7 +709,7 @@ def _packed_halve(table: Any, state: Any, count: int, level: int, size: int, shi
     return count, level
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _packed_sample_size(table: Any, zero: int, level: int, size: int, secret: Any) -> int:
     sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
     scratch = np.zeros(size, dtype=np.uint32)
@@ -716,7 +723,7 @@ def _packed_sample_size(table: Any, zero: int, level: int, size: int, secret: An
     return kept
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def packed_common(table: Any, zero: int, other: Any, other_zero: int, other_shift: int,
                   level: int, size: int, secret: Any) -> Any:
     """How many of the grams of ``table`` kept at ``level`` there are, and how many of them
@@ -739,7 +746,7 @@ def packed_common(table: Any, zero: int, other: Any, other_zero: int, other_shif
     return mine, common
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def packed_points(table: Any, zero: int, level: int, size: int, secret: Any) -> Any:
     """The code points of the grams kept at ``level``, one gram after another."""
     sample = (np.uint64(1) << np.uint64(level)) - np.uint64(1)
@@ -885,7 +892,7 @@ _ASCII_CLASS = np.array([1 if 9 <= b <= 13 or 28 <= b <= 32 else
                         dtype=np.uint8)
 
 
-@numba.njit(cache=True, nogil=True)  # type: ignore[misc,unused-ignore]
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _ascii_words(raw: Any, out: Any, hex_run: int, classes: Any) -> int:
     """Write the words of ASCII ``raw`` to ``out``, one space between them (what
     ``" ".join(text.split())`` makes); return the bytes written, or -1 as soon as ``raw``
