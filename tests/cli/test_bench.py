@@ -614,13 +614,16 @@ def test_history_body_is_the_size_the_suite_says() -> None:
 def test_history_parts_run_under_the_proxys_collector_then_restore_it() -> None:
     import gc
 
-    from loopbreak.bench.adversarial import _collector_as_in_a_proxy
+    from loopbreak.bench.adversarial import _as_in_a_proxy
 
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
-    with _collector_as_in_a_proxy():
-        # As `loopbreak proxy` runs: start-up objects frozen, a first threshold of 50,000.
+    interval = sys.getswitchinterval()
+    with _as_in_a_proxy():
+        # As `loopbreak proxy` runs: start-up objects frozen, a first threshold of 50,000,
+        # a worker thread handing the loop the GIL every millisecond.
         assert gc.get_threshold()[0] == 50_000 and gc.get_freeze_count() > 0
-    assert gc.get_threshold() == before
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    assert gc.get_threshold() == before and sys.getswitchinterval() == interval
     if not frozen:
         assert gc.get_freeze_count() == 0
 

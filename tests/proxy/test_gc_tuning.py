@@ -1,4 +1,5 @@
-"""A proxy process keeps what start-up made out of the collector's full walks."""
+"""A proxy process keeps what start-up made out of the collector's full walks, and hands a
+waiting thread the GIL every millisecond."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 _LIFESPAN = """
 import asyncio, gc, json, sys
 from loopbreak.proxy.app import ProxyApp
-from loopbreak.proxy.server import tune_gc
+from loopbreak.proxy.server import tune_process
 
 app = ProxyApp("http://127.0.0.1:9")
-tune_gc()
+tune_process()
 frozen_at_tuning = gc.get_freeze_count()
 
 async def start() -> None:
@@ -33,7 +34,8 @@ async def start() -> None:
 asyncio.run(start())
 gc.collect()
 print(json.dumps({"numba": "numba" in sys.modules, "frozen_at_tuning": frozen_at_tuning,
-                  "frozen": gc.get_freeze_count(), "walked": len(gc.get_objects())}))
+                  "frozen": gc.get_freeze_count(), "walked": len(gc.get_objects()),
+                  "switch_interval": sys.getswitchinterval()}))
 """
 
 
@@ -47,3 +49,6 @@ def test_the_kernels_loaded_at_start_up_are_frozen_with_the_rest() -> None:
     # collection of the serving proxy walked them (~100 ms a pause on 2 cores).
     assert seen["frozen"] > seen["frozen_at_tuning"] + 50_000
     assert seen["walked"] < 20_000
+    # A long request is read in a worker thread: it hands the event loop the GIL every
+    # millisecond, not every 5 (the loop waited up to 6-15 ms for a first request's read).
+    assert seen["switch_interval"] == pytest.approx(0.001)

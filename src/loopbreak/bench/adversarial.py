@@ -35,6 +35,7 @@ import gc
 import json
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -428,22 +429,25 @@ _PROXY_PARTS = (history_cold_part, history_unkept_part, history_part,
 
 
 @contextmanager
-def _collector_as_in_a_proxy() -> Iterator[None]:
-    """The garbage collector set as ``loopbreak proxy`` sets it (``tune_gc``) while a part
-    measures what the proxy does, restored after. Without it the millions of deltas this
-    process holds for the engine inputs are walked by every full collection a replay
-    triggers: 17-20 ms a warm replay instead of 10-11 (measured), a cost of the bench's
-    heap that a proxy's does not have."""
-    from loopbreak.proxy.server import tune_gc
+def _as_in_a_proxy() -> Iterator[None]:
+    """The collector and the thread switch interval set as ``loopbreak proxy`` sets them
+    (``tune_process``) while a part measures what the proxy does, restored after. Without
+    it the millions of deltas this process holds for the engine inputs are walked by every
+    full collection a replay triggers: 17-20 ms a warm replay instead of 10-11 (measured),
+    a cost of the bench's heap that a proxy's does not have."""
+    from loopbreak.proxy.server import tune_process
 
     thresholds = gc.get_threshold()
-    # heap_frozen restores what was frozen; tune_gc's own freeze then takes in nothing new.
+    interval = sys.getswitchinterval()
+    # heap_frozen restores what was frozen; tune_process's own freeze then takes in nothing
+    # new.
     with heap_frozen():
-        tune_gc()
+        tune_process()
         try:
             yield
         finally:
             gc.set_threshold(*thresholds)
+            sys.setswitchinterval(interval)
 
 
 def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *,
@@ -474,7 +478,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
     for part in parts_run:
         if on_progress is not None:
             on_progress(part.__name__.replace("_part", "").replace("_", " "), done / steps)
-        with _collector_as_in_a_proxy() if part in _PROXY_PARTS else nullcontext():
+        with _as_in_a_proxy() if part in _PROXY_PARTS else nullcontext():
             parts.append(part(settings.repeats, settings.scale, clock))
         done += 1
     if on_progress is not None:

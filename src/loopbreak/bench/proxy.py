@@ -1211,9 +1211,9 @@ def _proxy_main(args: argparse.Namespace) -> None:
                             loop=args.loop, log_level="warning", access_log=False,
                             lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
-    from loopbreak.proxy.server import tune_gc
+    from loopbreak.proxy.server import tune_process
 
-    tune_gc()
+    tune_process()
 
     def report_and_wait() -> None:
         while not server.started and not server.should_exit:
@@ -1238,9 +1238,9 @@ def worker_app() -> Any:
     """The app each worker process builds (uvicorn's factory, from the environment)."""
     from loopbreak._config import Config
     from loopbreak.proxy.app import ProxyApp
-    from loopbreak.proxy.server import tune_gc
+    from loopbreak.proxy.server import tune_process
 
-    tune_gc()
+    tune_process()
     proxy = ProxyApp(os.environ[_WORKER_UPSTREAM_ENV], config=Config())
     return RelayOnly(proxy) if os.environ.get(_WORKER_RELAY_ENV) == "1" else proxy
 

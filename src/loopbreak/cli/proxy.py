@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as exc:
         raise missing("loopbreak proxy", exc.name or "its extra", "proxy", exc) from None
-    from loopbreak.proxy.server import tune_gc
+    from loopbreak.proxy.server import tune_process
 
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, not {args.workers}")
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                     workers=args.workers, host=args.host, port=port,
                     log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
         return 0
-    tune_gc()
+    tune_process()
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False,
                                            timeout_graceful_shutdown=5))
     server.run(sockets=[sock])

@@ -904,8 +904,9 @@ async def read_request_off_loop(raw: bytes, kind: Kind, config: Config,
     """``read_request`` as the proxy runs it: a long body in a worker thread. A session's
     first 6.5 MB request costs 80-125 ms to parse and replay, all of it one stall of every
     stream on the event loop when read in place; in a thread the parse hands the loop its
-    turn between messages and the replay between bytecodes (every switch interval, 5 ms),
-    and the loop waited 6-16 ms at the longest (``bench --adversarial``). A body up to 64 kB
+    turn between messages and the replay between bytecodes (every switch interval: 1 ms in a
+    proxy process, ``tune_process``), and the loop waits a few milliseconds at the longest
+    (``bench --adversarial``'s event-loop wait). A body up to 64 kB
     is read in place: one of 100 calls read in 2.4 ms, a handover to a thread costs ~0.1 ms
     (a two-message body: 53 us in place, 139 through a thread)."""
     if len(raw) <= READ_IN_THREAD_BYTES:
@@ -930,12 +931,12 @@ def app_from_environment() -> ProxyApp:
     ``$LOOPBREAK_PROXY_CONFIG_FILE`` (both set by the command). The proxy keeps no session
     state, so any worker can serve any request; each keeps its own ``/metrics``."""
     from loopbreak.proxy.logs import configure_logging
-    from loopbreak.proxy.server import tune_gc
+    from loopbreak.proxy.server import tune_process
 
     upstream = default_upstream()
     if not upstream:
         raise ConfigError("LOOPBREAK_UPSTREAM is not set")
     configure_logging(os.environ.get(WORKER_LOG_LEVEL_ENV, "warning"))
     app = ProxyApp(upstream, config_path=os.environ.get(WORKER_CONFIG_ENV) or None)
-    tune_gc()
+    tune_process()
     return app

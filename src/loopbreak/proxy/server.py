@@ -7,6 +7,7 @@ from synchronous code; ``url`` is what a client uses as its base URL.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from types import TracebackType
 from typing import Any
@@ -83,32 +84,40 @@ class ProxyServer:
         self.stop()
 
 
-_gc_tuned = False
+_tuned = False
+
+SWITCH_INTERVAL_S = 0.001
+"""How long a thread of a proxy process runs before it hands the GIL to one that waits."""
 
 
-def tune_gc() -> None:
-    """Keep the collector from pausing a busy proxy for tens of milliseconds.
+def tune_process() -> None:
+    """Keep the collector and the worker threads from pausing a busy proxy's event loop.
 
     A thousand open streams keep ~200 tracked objects each, none of them garbage;
     every full collection walked them all (54-138 ms pauses measured at 1,000
     streams, the whole of the p99). Freezing what start-up created and raising the
     first threshold brought the added p99 per chunk from 36 ms to 2-4 ms
-    (``loopbreak bench --proxy``). Only for a process that is a proxy server.
+    (``loopbreak bench --proxy``). A long request is read in a worker thread, which
+    hands the loop the GIL every switch interval: 5 ms by default, the longest the loop
+    then waited while a session's first 6.5 MB request was read (6.3-14.8 ms in
+    ``bench --adversarial``'s event-loop wait); 1 ms brings that to 2.3-8.5. Only for a
+    process that is a proxy server.
     """
-    global _gc_tuned
-    _gc_tuned = True
+    global _tuned
+    _tuned = True
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def freeze_late_startup() -> None:
-    """Freeze what start-up made after :func:`tune_gc` (in a tuned process only).
+    """Freeze what start-up made after :func:`tune_process` (in a tuned process only).
 
     The compiled kernels load in the app's lifespan, after the process was tuned:
     numba, llvmlite and numpy leave ~90,000 tracked objects, and a full collection
     that walks them takes ~100 ms on a 2-core machine, a pause for every stream.
     """
-    if _gc_tuned:
+    if _tuned:
         gc.collect()
         gc.freeze()
