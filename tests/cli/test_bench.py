@@ -27,6 +27,7 @@ from loopbreak.bench.throughput import (
     Feeder,
     Subject,
     Targets,
+    Throughput,
     bench_config,
     cut,
     load_degen_guard,
@@ -41,6 +42,7 @@ from loopbreak.bench.throughput import (
     plan_stream,
     ratios,
     stdlib_text,
+    throughput_ratio,
     token_deltas,
 )
 from loopbreak.cli import main
@@ -146,6 +148,18 @@ def test_subjects_judge_their_passes_in_rounds() -> None:
                                 min_seconds=9e-6, max_passes=20, clock=clock)
              for ns in (100, 300)]
     assert alone[0].chars_per_s / alone[1].chars_per_s == pytest.approx(4.0)
+
+def test_a_ratio_of_throughputs_measured_in_rounds_is_the_median_of_the_rounds() -> None:
+    # 100 characters a pass: ours 10, 12 and 20 ns, theirs 20, 8 and 100 ns, round by round.
+    ours = Throughput(100, (10, 12, 20), ((),))
+    theirs = Throughput(100, (20, 8, 100), ((),))
+    # The rounds' ratios are 2, 2/3 and 5: their median is 2 (the medians' ratio, 20 ns
+    # against 12, would read 1.67).
+    assert throughput_ratio(ours, theirs) == pytest.approx(2.0)
+    # Not measured in rounds (as many passes or not): the ratio of the medians.
+    assert throughput_ratio(ours, Throughput(100, (20, 8), ((),))) == pytest.approx(
+        ours.chars_per_s / Throughput(100, (20, 8), ((),)).chars_per_s)
+
 
 def test_throughput_median_ignores_one_slow_pass() -> None:
     clock = FakeClock()

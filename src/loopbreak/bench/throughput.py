@@ -711,16 +711,28 @@ class Ratios:
     per_delta_far: float
 
 
+def _div(a: float, b: float) -> float:
+    return a / b if b > 0 else float("inf")
+
+
+def throughput_ratio(ours: Throughput, theirs: Throughput) -> float:
+    """How many times ``theirs``'s throughput ``ours`` is: measured in rounds (as many
+    passes, the k-th of each side by side), the median of the rounds' ratios, which a change
+    in the machine's speed from one round to the next does not sway; else the ratio of the
+    medians."""
+    if ours.passes != theirs.passes:
+        return _div(ours.chars_per_s, theirs.chars_per_s)
+    return statistics.median(_div(mine, other)
+                             for mine, other in zip(ours.rates, theirs.rates, strict=True))
+
+
 def ratios(ours: SubjectResult, peer: SubjectResult) -> Ratios:
     """loopbreak over ``peer``: throughput ours/theirs, per-delta cost theirs/ours."""
-    def div(a: float, b: float) -> float:
-        return a / b if b > 0 else float("inf")
-
     return Ratios(
-        div(ours.clean.chars_per_s, peer.clean.chars_per_s),
-        div(ours.looping.chars_per_s, peer.looping.chars_per_s),
-        div(peer.per_delta.near, ours.per_delta.near),
-        div(peer.per_delta.far, ours.per_delta.far),
+        throughput_ratio(ours.clean, peer.clean),
+        throughput_ratio(ours.looping, peer.looping),
+        _div(peer.per_delta.near, ours.per_delta.near),
+        _div(peer.per_delta.far, ours.per_delta.far),
     )
 
 
@@ -1001,8 +1013,9 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
         "loopbreak": dict(zip(CHANNELS, map(subject_dict, report.loopbreak), strict=True)),
         "peers": peers,
         "ratios": ratio_map,
-        "ratios_meaning": "loopbreak (reasoning) over peer: throughput ours/theirs, "
-                          "per-delta cost theirs/ours; above 1 = loopbreak faster",
+        "ratios_meaning": "loopbreak (reasoning) over peer: throughput ours/theirs (the "
+                          "median of the rounds' ratios), per-delta cost theirs/ours; above "
+                          "1 = loopbreak faster",
         "targets": {
             "chars_per_s": TARGET_CHARS_PER_S,
             "looping_chars_per_s": TARGET_LOOPING_CHARS_PER_S,
