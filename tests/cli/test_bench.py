@@ -112,6 +112,13 @@ def test_throughput_repeats_passes_until_min_seconds_or_max_passes() -> None:
     two = measure_throughput(make, [deltas], go_on=True, min_seconds=1.0, max_passes=2,
                              clock=clock)
     assert two.passes == 2
+    # At least min_passes however soon min_seconds is spent, never past max_passes.
+    four = measure_throughput(make, [deltas], go_on=True, min_seconds=1e-9, min_passes=4,
+                              max_passes=10, clock=clock)
+    assert four.passes == 4
+    capped = measure_throughput(make, [deltas], go_on=True, min_seconds=1e-9, min_passes=4,
+                                max_passes=2, clock=clock)
+    assert capped.passes == 2
 
 
 

@@ -105,13 +105,15 @@ class BenchSettings:
     """Probe windows per point; their median is reported."""
     min_seconds: float = 0.5
     """A throughput figure repeats passes over its input until this much time is spent."""
+    min_passes: int = 3
+    """Passes every subject judges at least (up to ``max_passes``): a verdict needs three."""
     max_passes: int = 25
     stream_seconds: float = 30.0
     """A subject that needs longer than this to judge the long stream is stopped
     there and probed where it got to (reported as capped)."""
 
     def __post_init__(self) -> None:
-        for name in ("clean_chars", "window_deltas", "windows", "max_passes"):
+        for name in ("clean_chars", "window_deltas", "windows", "min_passes", "max_passes"):
             value = getattr(self, name)
             if value < 1:
                 raise InputError(f"{name} must be >= 1, not {value}")
@@ -349,31 +351,32 @@ def heap_frozen() -> Iterator[None]:
 
 
 def measure_throughput(make: Factory, pieces: Sequence[Sequence[str]], *, go_on: bool,
-                       min_seconds: float, max_passes: int,
+                       min_seconds: float, max_passes: int, min_passes: int = 1,
                        clock: Clock = time.perf_counter_ns) -> Throughput:
     """Repeat passes over ``pieces`` (each a list of deltas) until ``min_seconds`` are
-    spent or ``max_passes`` are done; at least one pass.
+    spent and ``min_passes`` done, or ``max_passes`` are done; at least one pass.
 
     ``go_on=False`` is the looping input: each piece is judged until the subject stops
     it, then the next piece starts on a fresh guard. ``go_on=True`` is the clean input:
     a stop is a false positive, recorded, and a fresh guard judges on.
     """
     return measure_throughputs([make], pieces, go_on=go_on, min_seconds=min_seconds,
-                               max_passes=max_passes, clock=clock)[0]
+                               max_passes=max_passes, min_passes=min_passes, clock=clock)[0]
 
 
 def measure_throughputs(makes: Sequence[Factory], pieces: Sequence[Sequence[str]], *,
-                        go_on: bool, min_seconds: float, max_passes: int,
+                        go_on: bool, min_seconds: float, max_passes: int, min_passes: int = 1,
                         clock: Clock = time.perf_counter_ns) -> tuple[Throughput, ...]:
     """:func:`measure_throughput` of several subjects in rounds: each judges one pass in
-    turn, round after round, until every one has spent ``min_seconds`` or ``max_passes``
-    rounds are done (every subject judges as many passes)."""
+    turn, round after round, until every one has spent ``min_seconds`` and ``min_passes``
+    rounds are done, or ``max_passes`` rounds are (every subject judges as many passes)."""
     pass_ns: list[list[int]] = [[] for _ in makes]
     chars = [0] * len(makes)
     stops: list[tuple[tuple[int, ...], ...]] = [() for _ in makes]
     spent = [0] * len(makes)
     rounds = 0
-    while not rounds or (min(spent) < min_seconds * 1e9 and rounds < max_passes):
+    while not rounds or (rounds < max_passes and (rounds < min_passes
+                                                   or min(spent) < min_seconds * 1e9)):
         for i, make in enumerate(makes):
             start = clock()
             judged, these = _judge_pass(make, pieces, go_on)
@@ -801,6 +804,7 @@ def measure_subjects(subjects: Sequence[Subject], clean: Sequence[str],
     def in_rounds(pieces: Sequence[Sequence[str]], go_on: bool) -> tuple[Throughput, ...]:
         return measure_throughputs(makes, pieces, go_on=go_on, clock=clock,
                                    min_seconds=settings.min_seconds,
+                                   min_passes=settings.min_passes,
                                    max_passes=settings.max_passes)
 
     step("clean text, every subject in turn", 0.0)
