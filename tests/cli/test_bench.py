@@ -25,6 +25,7 @@ from loopbreak.bench.throughput import (
     BenchSettings,
     Factory,
     Feeder,
+    PerDelta,
     Subject,
     Targets,
     Throughput,
@@ -244,6 +245,16 @@ def test_per_delta_growth_is_far_cost_over_near_cost() -> None:
     assert result.far_ns == (300, 300, 300)
     assert result.growth == pytest.approx(3.0)
     assert (result.near_at, result.far_at, result.capped) == (64, 640, False)
+
+
+def test_per_delta_growth_is_the_median_of_the_window_pairs() -> None:
+    # Near and far windows alternate: a slow stretch over three pairs of eight slows both
+    # sides of them. The pairs read 1.1 but one; the medians' ratio would read 1.25.
+    near = (1288, 1325, 1204, 807, 796, 807, 798, 839)
+    far = (1417, 1458, 1324, 888, 876, 888, 878, 1166)
+    result = PerDelta(10_000, 1_000_000, 1_000_000, near, far)
+    assert result.far / result.near > 1.2
+    assert result.growth == pytest.approx(1.1, rel=1e-3)
 
 
 def test_per_delta_long_stream_is_capped_by_its_deadline() -> None:
