@@ -148,6 +148,7 @@ def test_subjects_judge_their_passes_in_rounds() -> None:
     # Rounds until the faster one has spent 9,000 ns too: 3 x 1,000 + 3 x 2,000.
     assert ours.passes == peer.passes == 6
     assert order == [100, 300] * 6
+    assert measure_throughputs([], [deltas], go_on=True, min_seconds=1.0, max_passes=3) == ()
     assert ours.chars_per_s / peer.chars_per_s == pytest.approx(3.0)
     # One after the other, the second subject alone meets the slow machine: its passes take
     # 3,000 and 6,000 ns, the first's all 1,000, and the ratio reads 4.

@@ -13,10 +13,10 @@ inputs, in the same process:
   judged count (a guard that has stopped judges nothing more).
 * the throughputs are measured **in rounds**: each subject judges one pass of the input
   in turn, round after round, so a change in the machine's speed while they run (this
-  class of machine swings by a quarter within seconds) weighs on every subject alike and
-  the ratios between them hold; measured one subject after another, a peer timed in a
-  fast stretch once made loopbreak read 1.90 times as fast where the rounds around it
-  read 2.5 to 3.4.
+  class of machine swings by a quarter within seconds) weighs on every subject alike, and
+  a ratio between two subjects is the median of the rounds' ratios; measured one subject
+  after another, a peer timed in a fast stretch once made loopbreak read 1.90 times as
+  fast where the runs around it read 2.5 to 3.4.
 * **per-delta cost** near the start of one stream (10 kB) and deep into it
   (1 MB), on the *same* deltas: the probe segments are timed once after a fresh
   guard has judged the 10 kB of text that precede them, and once appended to a
@@ -370,6 +370,8 @@ def measure_throughputs(makes: Sequence[Factory], pieces: Sequence[Sequence[str]
     """:func:`measure_throughput` of several subjects in rounds: each judges one pass in
     turn, round after round, until every one has spent ``min_seconds`` and ``min_passes``
     rounds are done, or ``max_passes`` rounds are (every subject judges as many passes)."""
+    if not makes:
+        return ()
     pass_ns: list[list[int]] = [[] for _ in makes]
     chars = [0] * len(makes)
     stops: list[tuple[tuple[int, ...], ...]] = [() for _ in makes]
@@ -725,8 +727,8 @@ def _div(a: float, b: float) -> float:
 
 
 def throughput_ratio(ours: Throughput, theirs: Throughput) -> float:
-    """How many times ``theirs``'s throughput ``ours`` is: measured in rounds (as many
-    passes, the k-th of each side by side), the median of the rounds' ratios, which a change
+    """How many times ``theirs``'s throughput ``ours`` is: with as many passes (measured in
+    rounds, the k-th of each side by side), the median of the rounds' ratios, which a change
     in the machine's speed from one round to the next does not sway; else the ratio of the
     medians."""
     if ours.passes != theirs.passes:
@@ -805,6 +807,8 @@ def measure_subjects(subjects: Sequence[Subject], clean: Sequence[str],
         if on_progress is not None:
             on_progress(what, done)
 
+    if not subjects:
+        return ()
     makes = [subject.make for subject in subjects]
 
     def in_rounds(pieces: Sequence[Sequence[str]], go_on: bool) -> tuple[Throughput, ...]:
