@@ -580,7 +580,12 @@ _SEEN_MOST = 1 << 14
 def _packed_slots(keys: int) -> tuple[int, int]:
     """Slots for ``keys`` at a load of at most a half, and the shift that indexes them."""
     slots = _table_slots(keys)
-    return slots, 64 - (slots.bit_length() - 1)
+    return slots, _index_shift(slots)
+
+
+def _index_shift(slots: int) -> int:
+    """How far ``_packed_index`` shifts a key's product to index a power of two of slots."""
+    return 64 - (slots.bit_length() - 1)
 
 
 @numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
@@ -828,7 +833,7 @@ class PackedGramTable:
         self._state[_P_SHIFT] = shift
         seen = max(8, min(_SEEN_MOST, slots // 4))
         self._seen = np.zeros(seen, dtype=np.uint64)
-        self._state[_P_SEEN_SHIFT] = 64 - (seen.bit_length() - 1)
+        self._state[_P_SEEN_SHIFT] = _index_shift(seen)
 
     def as_wide(self) -> GramTable:
         """A GramTable holding these grams at this level, with this cap."""

@@ -468,9 +468,8 @@ class PerDelta:
         some of the windows does not sway (three slow pairs out of eight once read 1.28
         as the medians' ratio, the pairs' ratios 1.07-1.18 but one)."""
         if len(self.near_ns) != len(self.far_ns) or not self.near_ns:
-            return self.far / self.near if self.near > 0 else float("inf")
-        return statistics.median(far / near if near > 0 else float("inf")
-                                 for near, far in zip(self.near_ns, self.far_ns, strict=True))
+            return _div(self.far, self.near)
+        return _median_ratio(self.far_ns, self.near_ns)
 
 
 def _time_window(feed: Feeder, deltas: Sequence[str], clock: Clock) -> tuple[float, bool]:
@@ -726,6 +725,12 @@ def _div(a: float, b: float) -> float:
     return a / b if b > 0 else float("inf")
 
 
+def _median_ratio(tops: Sequence[float], bottoms: Sequence[float]) -> float:
+    """The median of ``tops[k] / bottoms[k]``: figures measured in pairs, side by side."""
+    return statistics.median(_div(top, bottom)
+                             for top, bottom in zip(tops, bottoms, strict=True))
+
+
 def throughput_ratio(ours: Throughput, theirs: Throughput) -> float:
     """How many times ``theirs``'s throughput ``ours`` is: with as many passes (measured in
     rounds, the k-th of each side by side), the median of the rounds' ratios, which a change
@@ -733,8 +738,7 @@ def throughput_ratio(ours: Throughput, theirs: Throughput) -> float:
     medians."""
     if ours.passes != theirs.passes:
         return _div(ours.chars_per_s, theirs.chars_per_s)
-    return statistics.median(_div(mine, other)
-                             for mine, other in zip(ours.rates, theirs.rates, strict=True))
+    return _median_ratio(ours.rates, theirs.rates)
 
 
 def ratios(ours: SubjectResult, peer: SubjectResult) -> Ratios:
