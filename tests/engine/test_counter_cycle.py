@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import sysconfig
+import types
 from pathlib import Path
 
 import pytest
@@ -341,3 +342,24 @@ def test_a_trip_maps_back_through_thousands_of_deltas_that_dropped_digits(seed: 
     trip, _ = feed_pieces(detector, split_random(text, rng, 6))
     assert detector._forgotten > 0
     assert trip is not None and (trip.at, trip.evidence) == (expected.at, expected.evidence)
+
+
+def test_counter_cycle_runs_its_own_copy_of_cycles_code() -> None:
+    # The interpreter specializes a function for the types it meets, in its code object: the
+    # two rules run one after the other on every batch, so each has code of its own (the
+    # same functions, the same answers: the split tests above run the copies).
+    copies = 0
+    for name, base in vars(CycleDetector).items():
+        if not isinstance(base, types.FunctionType):
+            continue
+        own = getattr(CounterCycleDetector, name)
+        assert own.__code__ is not base.__code__, name
+        if own.__code__.co_code == base.__code__.co_code:  # not one it overrides
+            copies += 1
+            assert own.__doc__ == base.__doc__ and own.__defaults__ == base.__defaults__
+    assert copies >= 10
+    feed = CounterCycleDetector.feed
+    assert feed is not CycleDetector.feed
+    assert feed.__code__.co_code == CycleDetector.feed.__code__.co_code
+    text = "14. Pluto is far.\n15. Pluto is far.\n16. Pluto is far.\n" * 40
+    assert first_trip(CounterCycleDetector(channel="text"), text, 4) is not None

@@ -34,7 +34,9 @@ the first clean, 768 keeps a margin). Of the 6 runaway lists SmolLM2-135M wrote
 from __future__ import annotations
 
 import re
+import types
 from bisect import bisect_left
+from typing import TypeVar
 
 from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.charclass import CJK_RANGES
@@ -117,6 +119,30 @@ def word_share(unit: str) -> float:
     return words / total if total else 0.0
 
 
+_Variant = TypeVar("_Variant", bound=type[CycleDetector])
+
+
+def _with_own_code(cls: _Variant) -> _Variant:
+    """Give ``cls`` its own copy of each function it inherits from ``CycleDetector``.
+
+    CPython (3.11 on) specializes a function's bytecode for the types it meets, in the
+    function's code object. A guard runs cycle and counter-cycle one after the other on
+    every batch: sharing one code, each undid the other's specializations (attribute reads
+    keyed by the instance's type), and the two rules cost 8 ns a character more of the
+    guard's ~220 at 32-character deltas (measured, both channels). The copies are the same
+    functions; ``super()`` in one still means what it meant (the closure is the same)."""
+    for name, value in vars(CycleDetector).items():
+        if isinstance(value, types.FunctionType) and name not in vars(cls):
+            copy = types.FunctionType(value.__code__.replace(), value.__globals__, name,
+                                      value.__defaults__, value.__closure__)
+            copy.__kwdefaults__ = value.__kwdefaults__
+            copy.__qualname__ = f"{cls.__name__}.{name}"
+            copy.__doc__ = value.__doc__
+            setattr(cls, name, copy)
+    return cls
+
+
+@_with_own_code
 class CounterCycleDetector(CycleDetector):
     """``cycle`` over the stream with every number read as ``0``, for prose-shaped units
     that hold a number."""
