@@ -357,6 +357,7 @@ def test_counter_cycle_runs_its_own_copy_of_cycles_code() -> None:
         if own.__code__.co_code == base.__code__.co_code:  # not one it overrides
             copies += 1
             assert own.__doc__ == base.__doc__ and own.__defaults__ == base.__defaults__
+            assert own.__annotations__ == base.__annotations__
     assert copies >= 10
     feed = CounterCycleDetector.feed
     assert feed is not CycleDetector.feed

@@ -138,6 +138,8 @@ def _with_own_code(cls: _Variant) -> _Variant:
             copy.__kwdefaults__ = value.__kwdefaults__
             copy.__qualname__ = f"{cls.__name__}.{name}"
             copy.__doc__ = value.__doc__
+            copy.__annotations__ = dict(value.__annotations__)
+            copy.__dict__.update(value.__dict__)
             setattr(cls, name, copy)
     return cls
 
