@@ -37,26 +37,32 @@ def test_identical_chunks_is_off_at_zero() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(deltas=st.lists(st.sampled_from(["a", "a ", " a", "b", "", "\n", "  ", "好。", "ab"]),
-                       max_size=200),
+@given(deltas=st.lists(st.sampled_from(["a", "a ", " a", "b", "", "\n", "  ", "好。", "ab",
+                                        "\u3000", "\u200b", "x\u3000", "🙂"]), max_size=200),
        cuts=st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20),
-       limit=st.integers(min_value=2, max_value=6))
+       joins=st.lists(st.booleans(), min_size=1, max_size=20),
+       limit=st.one_of(st.integers(min_value=2, max_value=6), st.just(60)))
 def test_identical_chunks_decides_the_same_however_deltas_are_batched(
-        deltas: list[str], cuts: list[int], limit: int) -> None:
-    # A guard hands over its deltas a batch at a time; batches with too few equal deltas in
-    # a row to trip take a shortcut, and must leave the run where one delta at a time does.
+        deltas: list[str], cuts: list[int], joins: list[bool], limit: int) -> None:
+    # A guard hands over its deltas a batch at a time (joined too); batches too short to
+    # trip, or with too few equal deltas in a row, take shortcuts (a batch without
+    # whitespace is read unstripped), and must leave the run where one delta at a time does.
     config = IdenticalChunksConfig(max_repeats=limit)
     one, batched = IdenticalChunksDetector(config), IdenticalChunksDetector(config)
-    expected = None
-    for delta in deltas:
-        trip = one.feed(delta)
-        expected = expected or trip
-    got = None
+    expected = got = None
     start, i = 0, 0
     while start < len(deltas):
         size = cuts[i % len(cuts)]
-        trip = batched.feed_pieces(deltas[start : start + size])
+        batch = deltas[start : start + size]
+        for delta in batch:
+            trip = one.feed(delta)
+            expected = expected or trip
+        joined = "".join(batch) if joins[i % len(joins)] else None
+        trip = batched.feed_pieces(batch, joined=joined)
         got = got or trip
+        if expected is None:
+            # The run a batch leaves is the one the deltas fed one by one leave.
+            assert (batched._last, batched._run) == (one._last, one._run)
         start += size
         i += 1
     assert (got.at, got.evidence) == (expected.at, expected.evidence) if expected else got is None

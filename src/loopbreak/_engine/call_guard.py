@@ -230,7 +230,7 @@ class ChannelGuard:
             return None
         first: tuple[int, Trip] | None = None
         for index, per_delta in self._per_delta:
-            trip = per_delta.feed_pieces(pending, len(text))
+            trip = per_delta.feed_pieces(pending, joined=text)
             if trip is not None and (first is None or trip.at < first[1].at):
                 first = (index, trip)
         pending.clear()

@@ -40,26 +40,49 @@ class IdenticalChunksDetector:
     def feed(self, delta: str) -> Trip | None:
         return self.feed_pieces((delta,))
 
-    def feed_pieces(self, deltas: Iterable[str], chars: int | None = None) -> Trip | None:
+    def feed_pieces(self, deltas: Iterable[str], chars: int | None = None, *,
+                    joined: str | None = None) -> Trip | None:
         """Several deltas in stream order, as they came (a guard hands over a batch at
         once); the trip, on the delta that trips, with ``offset`` at the last one. ``chars``:
-        their length together, where the caller knows it (a guard joined them)."""
+        their length together, ``joined``: the deltas joined, where the caller has them (a
+        guard joins them)."""
         consumed, last, run, limit = self._consumed, self._last, self._run, self._limit
+        if joined is not None:
+            chars = len(joined)
         if limit > 1 and isinstance(deltas, list) and deltas and "" not in deltas:
-            kept = list(map(str.strip, deltas))
-            # Deltas equal to the one before them, counted in C: with too few no run can
-            # reach the limit (most batches have none; a counting run's digits, a few),
-            # and only the run the batch ends in is kept, not walked a delta at a time.
-            repeats = sum(map(eq, kept, kept[1:]))
-            going_on = run if kept[0] == last else 0
-            if going_on + repeats + 1 < limit:
-                tail = kept[-1]
+            count = len(deltas)
+            if run + count < limit:
+                # Too few deltas to trip even were they all equal and the run going on (a
+                # batch of token-sized deltas holds a dozen): only the run the batch ends in
+                # is read, from its end.
+                tail = deltas[-1].strip()
                 ending = 1
-                while ending < len(kept) and kept[-1 - ending] == tail:
+                while ending < count and deltas[-1 - ending].strip() == tail:
                     ending += 1
+                going_on = run if tail == last else 0
+            else:
+                # Deltas without whitespace (CJK or emoji a character a delta) are their own
+                # stripped form; two C scans of the batch tell (every whitespace character
+                # but the space is unprintable).
+                plain = joined is not None and joined.isprintable() and " " not in joined
+                kept = deltas if plain else list(map(str.strip, deltas))
+                # Deltas equal to the one before them, counted in C: with too few no run can
+                # reach the limit (most batches have none; a counting run's digits, a few),
+                # and only the run the batch ends in is kept, not walked a delta at a time.
+                repeats = sum(map(eq, kept, kept[1:]))
+                going_on = run if kept[0] == last else 0
+                if going_on + repeats + 1 >= limit:
+                    going_on = -1  # a run may reach the limit: judged a delta at a time
+                else:
+                    tail = kept[-1]
+                    ending = 1
+                    while ending < count and kept[-1 - ending] == tail:
+                        ending += 1
+            if going_on >= 0:
                 self._consumed = consumed + (sum(map(len, deltas)) if chars is None else chars)
                 self._last = tail
-                self._run = going_on + ending if ending == len(kept) else ending
+                # All of the batch one run: it goes on with the last batch's.
+                self._run = going_on + ending if ending == count else ending
                 return None
         trip = None
         for delta in deltas:

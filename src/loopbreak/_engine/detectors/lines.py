@@ -120,7 +120,11 @@ class LinesDetector:
         if trip is not None:
             return trip
         if len(pieces) > 1:
-            trip = self._judge_lines(pieces, pos)
+            # An indented line or a table row in it shows in the delta: one C search each
+            # spares every line its own test (a number per line is a line every few
+            # characters).
+            trip = self._judge_lines(pieces, pos, "\n  " in delta or "\n\t" in delta,
+                                     "|" in delta)
             if trip is not None:
                 return trip
         self._extend(last)
@@ -174,15 +178,17 @@ class LinesDetector:
             self._remove(*self._window.popleft())
         return self._verdict(at)
 
-    def _judge_lines(self, pieces: list[str], pos: int) -> Trip | None:
+    def _judge_lines(self, pieces: list[str], pos: int, indented: bool, rows: bool
+                     ) -> Trip | None:
         """``pieces[1:]`` are whole lines, the first starting at stream position ``pos``:
         ``_judge_line`` for each, inlined with its state in locals (a number per line
-        is a line every few characters)."""
+        is a line every few characters). Without ``indented`` no line starts with two
+        spaces or a tab, without ``rows`` none holds a ``|``."""
         cfg = self._config
         longest, max_line, min_line = 4 * cfg.max_line_chars, cfg.max_line_chars, \
             cfg.min_line_chars
-        skip_indented, window_chars, min_mass = not cfg.count_indented, cfg.window_chars, \
-            cfg.min_mass
+        skip_indented = indented and not cfg.count_indented
+        window_chars, min_mass = cfg.window_chars, cfg.min_mass
         counts, window = self._counts, self._window
         mass, repeated = self._mass, self._repeated
         key: Hashable
@@ -198,10 +204,10 @@ class LinesDetector:
                         continue
                     stripped = line.strip()
                     length = len(stripped)
-                    if length > 1 and stripped[0] == "|" and stripped[-1] == "|":
-                        continue  # a table row
                     if length < min_line:
                         continue
+                    if rows and length > 1 and stripped[0] == "|" and stripped[-1] == "|":
+                        continue  # a table row
                     if length > max_line:
                         key = _Overlong()
                     elif length > _ITEM_MIN and stripped[0] in _ITEM_START:
