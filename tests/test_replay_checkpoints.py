@@ -56,10 +56,11 @@ def as_sent(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def check_requests(requests: list[list[dict[str, Any]]], kind: Kind,
-                   config: Config | None = None) -> ReplayCheckpoints:
+                   config: Config | None = None, copy_messages: bool = True
+                   ) -> ReplayCheckpoints:
     """Replay each request with and without checkpoints; the views must be equal."""
     cfg = config or Config()
-    kept = ReplayCheckpoints()
+    kept = ReplayCheckpoints(copy_messages=copy_messages)
     for n, messages in enumerate(requests):
         fresh = replay(as_sent(messages), kind, cfg)
         resumed = replay(as_sent(messages), kind, cfg, kept)
@@ -172,19 +173,21 @@ def requests_of(messages: list[dict[str, Any]], cuts: list[int]) -> list[list[di
 
 @settings(max_examples=60, deadline=None)
 @given(steps=histories(), cuts=st.lists(st.integers(1, 80), max_size=12),
-       kind=st.sampled_from(["openai", "anthropic"]))
+       kind=st.sampled_from(["openai", "anthropic"]), copy_messages=st.booleans())
 def test_a_growing_history_is_judged_the_same(steps: list[tuple[str, Any]], cuts: list[int],
-                                             kind: Kind) -> None:
+                                             kind: Kind, copy_messages: bool) -> None:
+    # Kept as copies (a host's objects) or as the requests' own (the proxy's, each request
+    # parsed anew): the same views.
     messages = openai_messages(steps) if kind == "openai" else anthropic_messages(steps)
-    check_requests(requests_of(messages, cuts), kind, STALL_PRONE)
+    check_requests(requests_of(messages, cuts), kind, STALL_PRONE, copy_messages)
 
 
 @settings(max_examples=40, deadline=None)
 @given(steps=histories(), other=histories(), data=st.data(),
-       kind=st.sampled_from(["openai", "anthropic"]))
+       kind=st.sampled_from(["openai", "anthropic"]), copy_messages=st.booleans())
 def test_edited_shortened_and_interleaved_histories_are_judged_the_same(
         steps: list[tuple[str, Any]], other: list[tuple[str, Any]], data: st.DataObject,
-        kind: Kind) -> None:
+        kind: Kind, copy_messages: bool) -> None:
     render = openai_messages if kind == "openai" else anthropic_messages
     messages = render(steps)
     # Another session that starts the same way: the same checkpoint slot, other messages.
@@ -198,7 +201,7 @@ def test_edited_shortened_and_interleaved_histories_are_judged_the_same(
     # ... or sends a shorter history (a retry of an earlier request).
     requests.append(messages[: data.draw(st.integers(1, len(messages)))])
     requests.append(messages)
-    check_requests(requests, kind, STALL_PRONE)
+    check_requests(requests, kind, STALL_PRONE, copy_messages)
 
 
 def test_a_growing_session_resumes_and_an_edited_one_does_not() -> None:
@@ -317,6 +320,26 @@ def test_rewritten_requests_leave_the_request_as_it_came_and_copy_only_what_chan
             changed = [m for m in out["messages"] if m not in before["messages"]]
             assert len(shared) + len(changed) == len(out["messages"]), (kind, name)
             assert len(shared) >= len(body["messages"]) - 4, (kind, name)
+
+
+def test_the_proxys_checkpoints_keep_the_requests_own_messages() -> None:
+    # The proxy parses every request anew and never changes one once replayed: its
+    # checkpoints keep the request's message objects (a session's first request copies no
+    # history); by default (a host's objects, which it may change) they keep copies.
+    from loopbreak.proxy.app import proxy_checkpoints
+
+    steps: list[tuple[str, Any]] = [("user", "Fix the bug.")]
+    for call in range(12):
+        steps.append(("assistant", (call, REASONING[call % 3] * 20, "",
+                                    [("read_file", "{}", RESULTS[0])])))
+    for kept, copies in ((ReplayCheckpoints(), True), (proxy_checkpoints(), False)):
+        body = as_sent(openai_messages(steps))
+        replay(body, "openai", Config(), kept)
+        (checkpoint,) = kept._kept.values()
+        own = [m for m in checkpoint.messages if any(m is o for o in body["messages"])]
+        assert checkpoint.messages == body["messages"][: len(checkpoint.messages)]
+        assert len(checkpoint.messages) > 2
+        assert len(own) == (0 if copies else len(checkpoint.messages))
 
 
 def test_kept_messages_share_no_container_with_the_request() -> None:

@@ -582,7 +582,7 @@ class ProxyConfig(_Section):
                                  "applies once it has held still for one check.",
                                  low=0.1, high=3600.0)
     replay_checkpoint_chars: int = _key(1 << 26, "Characters of history each process keeps "
-                                        "copies of to replay a session's next request from "
+                                        "to replay a session's next request from "
                                         "where the last one's replay left off (0 = off: every "
                                         "request replayed from its first message, to the same "
                                         "decisions). 64 M holds about ten 800-call sessions; "

@@ -331,6 +331,20 @@ def test_a_growing_session_is_resumed_and_steered_at_the_same_request(
     assert proxy.app._replays.resumed == (3 if budget else 0)
 
 
+def test_a_failing_session_is_resumed_while_each_request_is_rewritten(
+        upstream: ScriptedUpstream, proxy_for: ProxyFactory) -> None:
+    # The proxy's checkpoints keep the request's own message objects, not copies: every
+    # request it rewrites (guidance put into the failing results) must leave them as the
+    # client sent them, or the session's next request would no longer resume.
+    proxy = proxy_for()
+    for calls in range(6, 10):
+        upstream.enqueue(Script.openai(text="Let me try another path."))
+        _ask(proxy, failing_tool_history(calls))
+        sent = upstream.wait_for_requests(calls - 5)[-1].body["messages"]
+        assert sent[-1]["content"].startswith("[loopbreak] This exact call to `read`")
+    assert proxy.app._replays.resumed == 3
+
+
 def test_a_changed_checkpoint_budget_starts_the_checkpoints_over() -> None:
     # The proxy section is re-read while the proxy runs: a new budget applies to the next
     # request (the checkpoints are a cache: starting over loses only work).

@@ -21,6 +21,7 @@ import copy
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -228,13 +229,19 @@ class ReplayCheckpoints:
 
     The messages are kept as copies of their own (a host may change a request's objects
     after the replay): a session's first checkpoint copies its history, each later one
-    only the messages since the checkpoint it resumed from. Bounded by the characters of
+    only the messages since the checkpoint it resumed from. A host that never changes a
+    request's objects once replayed (the proxy parses every request itself, and what it
+    sends changed is a copy: ``with_guidance``, ``with_note``) passes ``copy_messages=False``
+    and the checkpoint keeps the request's own messages (in a new list): a session's first
+    request then copies nothing (~3 ms for 800 calls). Bounded by the characters of
     the messages kept (``max_chars``), newest session kept; one checkpoint per session head
     (the start of its first two messages). Safe to share between threads.
     """
 
-    def __init__(self, max_chars: int = ProxyConfig().replay_checkpoint_chars) -> None:
+    def __init__(self, max_chars: int = ProxyConfig().replay_checkpoint_chars, *,
+                 copy_messages: bool = True) -> None:
         self._max_chars = max_chars
+        self._copy: Callable[[list[Any]], list[Any]] = _copied if copy_messages else list
         self._kept: OrderedDict[tuple[str, ...], _Checkpoint] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
@@ -288,9 +295,9 @@ class ReplayCheckpoints:
         if state.chars > self._max_chars // 2:
             return
         if resumed is not None:
-            messages = resumed.messages + _copied(raw[len(resumed.messages):at])
+            messages = resumed.messages + self._copy(raw[len(resumed.messages):at])
         else:
-            messages = _copied(raw[:at])
+            messages = self._copy(raw[:at])
         checkpoint = _Checkpoint(messages, config, state.copy())
         key = _head(raw, kind)
         with self._lock:

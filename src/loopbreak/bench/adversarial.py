@@ -17,7 +17,8 @@ clean text did, or one a model really produces in a loop:
   history of 800 calls replayed as the proxy does on every request, each request
   parsed anew from its bytes: cold (a session's first request to a proxy just
   started, nothing kept), from the first message (the results' readings kept, but
-  not where the last replay left off: another worker served the request before),
+  not where the last replay left off: another worker served the request before; the
+  replay keeps a checkpoint for the next request, as the proxy's does),
   as a session's later requests find it (one call more each, resumed from the
   checkpoint the request before left), and eight such sessions in turn (eight
   agents sharing one proxy); and a later request as the proxy handles it, its
@@ -294,13 +295,13 @@ def _replayed(requests: Iterator[dict[str, Any]], clock: Clock,
 
 def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     """A session's first request to a proxy that has just started: nothing kept."""
-    from loopbreak._recovery.history import ReplayCheckpoints
+    from loopbreak.proxy.app import proxy_checkpoints
 
     calls = _history_calls(scale)
     body = history_body(calls)
     timings: list[float] = []
     for _ in range(repeats):
-        timings += _replayed(iter([_request(body, calls)]), clock, ReplayCheckpoints(),
+        timings += _replayed(iter([_request(body, calls)]), clock, proxy_checkpoints(),
                              clear=True)
     return PartResult("history replay, cold", f"{_describe(body)}, a session's first request",
                       TARGET_HISTORY_MS, tuple(timings))
@@ -309,24 +310,29 @@ def history_cold_part(repeats: int, scale: float, clock: Clock) -> PartResult:
 def history_unkept_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     """A later request replayed from the first message: the results' readings kept, but
     not where the session's last replay left off (another worker served it, or the proxy
-    dropped its checkpoint to stay within its budget)."""
+    dropped its checkpoint to stay within its budget). The replay keeps a checkpoint for
+    the session's next request, as the proxy's does."""
+    from loopbreak.proxy.app import proxy_checkpoints
+
     calls = _history_calls(scale)
     body = history_body(calls + repeats)
     _replayed(iter([_request(body, calls)]), clock)
-    timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock)
+    timings: list[float] = []
+    for k in range(repeats):
+        timings += _replayed(iter([_request(body, calls + 1 + k)]), clock, proxy_checkpoints())
     return PartResult("history replay, from the start",
                       f"{_describe(_first_calls(body, calls))}, a later request, its "
-                      f"checkpoint lost", TARGET_HISTORY_MS, timings)
+                      f"checkpoint lost", TARGET_HISTORY_MS, tuple(timings))
 
 
 def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     """A session's later requests, as the proxy meets them: each one the history before and
     the call since, resumed from where the replay of the request before left off."""
-    from loopbreak._recovery.history import ReplayCheckpoints
+    from loopbreak.proxy.app import proxy_checkpoints
 
     calls = _history_calls(scale)
     body = history_body(calls + repeats)
-    kept = ReplayCheckpoints()
+    kept = proxy_checkpoints()
     _replayed(iter([_request(body, calls)]), clock, kept)
     timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)), clock, kept)
     return PartResult("history replay", f"{_describe(_first_calls(body, calls))}, a session's "
@@ -340,13 +346,12 @@ def history_request_part(repeats: int, scale: float, clock: Clock) -> PartResult
     history's last calls restate their thinking: each request is sent with the stall rule's
     note added)."""
     from loopbreak._config import Config
-    from loopbreak._recovery.history import ReplayCheckpoints
-    from loopbreak.proxy.app import read_request
+    from loopbreak.proxy.app import proxy_checkpoints, read_request
 
     calls = _history_calls(scale)
     body = history_body(calls + repeats)
     raws = [json.dumps(_first_calls(body, calls + k)).encode() for k in range(repeats + 1)]
-    config, kept = Config(), ReplayCheckpoints()
+    config, kept = Config(), proxy_checkpoints()
     noted = 0
 
     def handle(raw: bytes) -> None:
@@ -373,8 +378,8 @@ def request_stall_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     import asyncio
 
     from loopbreak._config import Config
-    from loopbreak._recovery.history import ReplayCheckpoints, clear_caches
-    from loopbreak.proxy.app import read_request_off_loop
+    from loopbreak._recovery.history import clear_caches
+    from loopbreak.proxy.app import proxy_checkpoints, read_request_off_loop
 
     calls = _history_calls(scale)
     body = history_body(calls)
@@ -383,7 +388,7 @@ def request_stall_part(repeats: int, scale: float, clock: Clock) -> PartResult:
 
     async def longest_wait() -> float:
         reading = asyncio.ensure_future(read_request_off_loop(raw, "openai", config,
-                                                              ReplayCheckpoints()))
+                                                              proxy_checkpoints()))
         longest, last = 0, clock()
         while not reading.done():
             await asyncio.sleep(0.001)
@@ -409,11 +414,12 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
     """Eight sessions of 800 calls, their requests in turn, as a proxy meets eight agents
     at once: every request after the first round timed (``repeats`` rounds), each one call
     longer than the session's request before."""
-    from loopbreak._recovery.history import ReplayCheckpoints, clear_caches
+    from loopbreak._recovery.history import clear_caches
+    from loopbreak.proxy.app import proxy_checkpoints
 
     calls = _history_calls(scale)
     bodies = [history_body(calls + repeats, seed=101 + k) for k in range(SESSIONS_IN_TURN)]
-    kept = ReplayCheckpoints()
+    kept = proxy_checkpoints()
     clear_caches()
     _replayed((_request(body, calls) for body in bodies), clock, kept)
     timings = _replayed((_request(body, calls + 1 + k) for k in range(repeats)

@@ -255,7 +255,7 @@ class ProxyApp:
         self._dialects: dict[str, str] = {}
         # Where each session's last replay left off: its next request replays what is new
         # (sized to the budget in force by _checkpoints, request by request).
-        self._replays = ReplayCheckpoints()
+        self._replays = proxy_checkpoints()
 
     # --- ASGI --------------------------------------------------------------------------
 
@@ -416,7 +416,7 @@ class ProxyApp:
         if not max_chars:
             return None
         if self._replays.max_chars != max_chars:
-            self._replays = ReplayCheckpoints(max_chars)
+            self._replays = proxy_checkpoints(max_chars)
         return self._replays
 
     async def upstream_dialect(self, headers: dict[str, str], model: str) -> str:
@@ -870,6 +870,15 @@ class GuardedRequest:
     def bytes_of(self, body: dict[str, Any]) -> bytes:
         """What goes upstream for ``body`` (this request's, or one made from it)."""
         return self.parsed.bytes_of(body)
+
+
+def proxy_checkpoints(max_chars: int = ProxyConfig().replay_checkpoint_chars
+                      ) -> ReplayCheckpoints:
+    """The replay checkpoints the proxy keeps: of the request objects themselves, not
+    copies. Each request is parsed here from its bytes and never changed once replayed
+    (``with_guidance``, ``with_note`` and the rest change copies of what they change), so
+    a session's first request copies nothing into its checkpoint."""
+    return ReplayCheckpoints(max_chars, copy_messages=False)
 
 
 def read_request(raw: bytes, kind: Kind, config: Config,
