@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopbreak import CycleConfig, CycleDetector
+from loopbreak._engine.detectors.cycle import _match_run_back
 from loopbreak._engine.shape import unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
 
@@ -195,6 +200,121 @@ def test_long_periods_looked_up_once_a_long_step_match_brute_force(seed: int) ->
         trip, _ = feed_pieces(_SplitEarly(cfg, channel), pieces)  # type: ignore[arg-type]
         got = None if trip is None else (trip.at, trip.evidence["period"])
         assert got == expected
+
+
+def _assert_trips_as_brute_force(make: Callable[[], CycleDetector], text: str,
+                                 cfg: CycleConfig, channel: str, splits: tuple[int, ...],
+                                 rng: random.Random) -> None:
+    """``text`` fed at each fixed split and at a random one trips where the rule as SPEC
+    states it trips."""
+    span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+    expected = brute_force(text, cfg, span, channel)
+    for pieces in [*(split_fixed(text, n) for n in splits), split_random(text, rng)]:
+        trip, _ = feed_pieces(make(), pieces)
+        got = None if trip is None else (trip.at, trip.evidence["period"])
+        assert got == expected
+
+
+def _flood_lines_text(rng: random.Random) -> str:
+    """Floods broken up: lines of one character growing or shrinking (a triangle of
+    stars), indented words, runs of a unit of increasing length, with stretches said over
+    verbatim: a flood's anchor recurs at every shift of the older floods, which are listed
+    a flood at a time and sifted by the character that broke the flood."""
+    parts = []
+    for _ in range(rng.randint(2, 5)):
+        kind = rng.random()
+        fill = rng.choice(["a", "*", " ", "ab", "0"])
+        if kind < 0.3:
+            start = rng.randint(1, 12)
+            step = rng.choice([1, 1, 2, -1])
+            lines = [fill * max(1, start + step * k) + rng.choice("\n\n.b")
+                     for k in range(rng.randint(3, 25))]
+            parts.append("".join(lines))
+        elif kind < 0.55:
+            parts.append("".join(" " * rng.randint(0, 30) + rng.choice(["x", "def", "a b"]) + "\n"
+                                 for _ in range(rng.randint(3, 20))))
+        elif kind < 0.8:
+            block = "".join(fill * rng.randint(1, 20) + rng.choice("\n |") for _ in range(3))
+            parts.append(block * rng.randint(2, 8))
+        else:
+            parts.append(fill * rng.randint(10, 120) + rng.choice(["\n", "x", "=\n"]))
+    return "".join(parts)[:900]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_floods_broken_up_match_brute_force_at_every_split(seed: int) -> None:
+    # The shifts a flood's anchor recurs at in older floods are listed a flood at a time and
+    # left out when the character breaking the current flood is not repeated there; a
+    # shift's run shorter than any window needs is settled with one comparison, and where a
+    # step breaks a run its first qualifying character is worked out, not walked to: the
+    # decisions stay the rule's own at every split, with the periods split in two or not.
+    rng = random.Random(3000 + seed)
+    text = _flood_lines_text(rng)
+    channel = rng.choice(["text", "reasoning"])
+    cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
+                      min_span_reasoning=rng.choice([16, 24, 48]),
+                      three_copies_reasoning=rng.choice([0, 16, 33]),
+                      two_copies_reasoning=rng.choice([0, 10, 40]), two_copies_pool_reasoning=0,
+                      min_span_code=64, min_distinct=rng.choice([1, 2, 3]),
+                      blank_table_copies=0, code_copies=rng.choice([0, 5]),
+                      one_line_code_copies=0)
+    kind = rng.choice([CycleDetector, _SplitEarly])
+    _assert_trips_as_brute_force(lambda: kind(cfg, channel),  # type: ignore[arg-type]
+                                 text, cfg, channel, (1, 4, 64), rng)
+
+
+@pytest.mark.parametrize("channel", ["text", "reasoning"])
+@pytest.mark.parametrize("line", ["a" * 9 + "\n", "a" * 14 + "\n", "ab" * 6 + "\n",
+                                  "*" * 20 + "=\n"])
+def test_lines_of_one_flood_trip_where_brute_force_does_at_every_alignment(
+        channel: str, line: str) -> None:
+    # A loop of lines that are each a flood: when a step starts at a line's end, the flood's
+    # period vouches for its multiples only as far as its run reaches (the line's own
+    # period, one character further, is the loop), at every alignment of the steps.
+    cfg = CycleConfig(max_period=64, min_span_text=16, min_span_reasoning=16,
+                      three_copies_reasoning=0, two_copies_reasoning=0,
+                      two_copies_pool_reasoning=0, min_span_code=64, past_two_copies=8,
+                      min_distinct=1)
+    step = CycleDetector(cfg, channel)._step  # type: ignore[arg-type]
+    rng = random.Random(len(line))
+    for lead in range(step + 2):
+        text = "".join(rng.choice("xyz ") for _ in range(lead)) + line * 12
+        assert brute_force(text, cfg, 16, channel) is not None
+        _assert_trips_as_brute_force(lambda: CycleDetector(cfg, channel),  # type: ignore[arg-type]
+                                     text, cfg, channel, (1, 5), rng)
+
+
+_FLOOD_CASES = json.loads((Path(__file__).parent / "cycle_flood_cases.json").read_text("utf-8"))
+
+
+@pytest.mark.parametrize("case", _FLOOD_CASES, ids=lambda case: case["why"][:40])
+def test_flood_cases_a_fuzz_run_found_match_brute_force_at_every_split(
+        case: dict[str, Any]) -> None:
+    # Texts on which a fuzz run (generated as above, thousands of them) told the shortcuts
+    # made one step too eager from the rule: leaving an older flood's shift out on the
+    # breaking character alone, or working the first qualifying character out one too early.
+    cfg = CycleConfig(**case["config"])
+    channel = case["channel"]
+    kind = _SplitEarly if case["split_periods"] else CycleDetector
+    text = case["text"]
+    span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+    assert brute_force(text, cfg, span, channel) is not None
+    _assert_trips_as_brute_force(lambda: kind(cfg, channel), text, cfg, channel,
+                                 (1, 4, 7, 64), random.Random(len(text)))
+
+
+@given(st.text(alphabet="ab \n", max_size=200), st.integers(0, 220), st.integers(1, 220),
+       st.integers(0, 300))
+def test_a_run_back_is_measured_to_the_character(text: str, end: int, period: int,
+                                                  cap: int) -> None:
+    # Measured by galloping out from the end and halving back: the characters before
+    # ``end`` that equal the one ``period`` before them, at most ``cap``.
+    end = min(end, len(text))
+    run = 0
+    while run < cap and end - run - 1 - period >= 0 and \
+            text[end - run - 1] == text[end - run - 1 - period]:
+        run += 1
+    assert _match_run_back(text, end, period, cap) == run
 
 
 class _OneSearch(CycleDetector):

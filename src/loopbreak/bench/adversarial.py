@@ -9,7 +9,8 @@ clean text did, or one a model really produces in a loop:
 * engine inputs, fed to loopbreak on both channels and to every installed peer,
   in token-sized deltas (1-character deltas for the flood): a 1-character flood,
   a counting run, one number per line, numbered unique lines, numeric CSV, text
-  without a newline, CJK prose, emoji, unique short lines. A stop restarts a fresh
+  without a newline, CJK prose, emoji, unique short lines, indented lines, a triangle of
+  stars. A stop restarts a fresh
   guard (as a proxy starts a new call), so the figure is the cost of judging the
   input however often it trips;
 * the parts around the engine: one tool call whose arguments stream in 4-character
@@ -107,6 +108,22 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
     def numbered(n: int) -> str:
         return "\n".join(f"item {i}: {rng.randrange(100_000)}" for i in range(n))
 
+    words = ("return", "value", "config", "path", "items", "- name:", "if", "else:", "{", "}")
+
+    def indented(chars: int) -> str:
+        lines: list[str] = []
+        total = 0
+        while total < chars:
+            line = " " * rng.randrange(64) + " ".join(rng.choice(words)
+                                                       for _ in range(rng.randint(1, 3)))
+            lines.append(line)
+            total += len(line) + 1
+        return "\n".join(lines)[:chars]
+
+    def triangle(chars: int) -> str:
+        rows = "".join("*" * k + "\n" for k in range(1, 81))
+        return (rows * (chars // len(rows) + 1))[:chars]
+
     made: list[tuple[str, str, str, int]] = [
         # (name, shape, text, delta chars: 0 = token-sized)
         ("1-char flood", "one character, one character per delta", "." * size(1_000_000), 1),
@@ -128,6 +145,12 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
             chr(rng.randrange(0x1F300, 0x1F64F)) for _ in range(size(1_000_000))), 0),
         ("unique lines", "a million unique short lines at full scale", "\n".join(
             f"{rng.randrange(16**6):06x}" for _ in range(size(1_000_000))), 0),
+        # A flood's anchor recurs at every shift of the older floods: these once offered
+        # cycle ~170 periods a step, each judged (0.3 M chars/s).
+        ("indented lines", "a few words a line, indented 0 to 63 spaces", indented(
+            size(1_000_000)), 0),
+        ("triangle", "lines of stars growing by one to 80, again and again", triangle(
+            size(1_000_000)), 0),
     ]
     return [EngineInput(name, shape, tuple(cut(text, chars))) for name, shape, text, chars
             in made]
