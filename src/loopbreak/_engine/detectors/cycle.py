@@ -89,7 +89,7 @@ short sentence, 150 to 250 characters) and 15 others earlier; no loop is cut lat
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
@@ -609,21 +609,34 @@ class CycleDetector:
         batch_end = rel + half
         must_repeat = batch_end - broken
         mark = buf[broken]
+        # The least runs grow with the period: from this one on, every window reaches back
+        # over ``broken``, and only a shift that puts the breaking character there can count.
+        reaching = bisect_left(least_from, must_repeat) + 1
         while end - low >= g:
             q = buf.rfind(anchor, low, end)
             if q < 0:
                 return
             older = _match_run_back(buf, q + g, nearest, q + g - low)
-            first = max(low, q + g - older - nearest)
-            for at in range(q, first - 1, -nearest):
-                period = rel - at
-                least = least_from[period - 1]
-                compared = batch_end - least
-                if compared >= period and buf[compared] == buf[compared - period] and (
-                        least < must_repeat or (period <= broken
-                                                and buf[broken - period] == mark)):
+            first = q - (q - max(low, q + g - older - nearest)) // nearest * nearest
+            shortest, longest = rel - q, rel - first
+            for period in range(shortest, min(longest + 1, reaching), nearest):
+                compared = batch_end - least_from[period - 1]
+                if compared >= period and buf[compared] == buf[compared - period]:
                     periods.append(period)
-                end = at - 1 + g
+            # The rest, nearest first: where the breaking character recurs before it, found
+            # by searching for it rather than testing each shift (one a line of a triangle).
+            lowest = max(shortest, reaching)
+            x = broken - lowest + 1
+            while longest >= lowest and x > 0:
+                x = buf.rfind(mark, max(0, broken - longest), x)
+                if x < 0:
+                    break
+                period = broken - x
+                if (period - shortest) % nearest == 0:
+                    compared = batch_end - least_from[period - 1]
+                    if compared >= period and buf[compared] == buf[compared - period]:
+                        periods.append(period)
+            end = first - 1 + g
 
     def _earliest(self, n0: int, n1: int, period: int,
                   before: int | None = None) -> tuple[int | None, int]:
