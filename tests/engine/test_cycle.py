@@ -290,9 +290,9 @@ _FLOOD_CASES = json.loads((Path(__file__).parent / "cycle_flood_cases.json").rea
 @pytest.mark.parametrize("case", _FLOOD_CASES, ids=lambda case: case["why"][:40])
 def test_flood_cases_a_fuzz_run_found_match_brute_force_at_every_split(
         case: dict[str, Any]) -> None:
-    # Texts on which a fuzz run (generated as above, thousands of them) told the shortcuts
-    # made one step too eager from the rule: leaving an older flood's shift out on the
-    # breaking character alone, or working the first qualifying character out one too early.
+    # Texts on which a fuzz run (generated as above, thousands of them, against the brute
+    # force) told a flood shortcut made one step too eager from the rule; each case's ``why``
+    # says which, and each fails that variant (tried).
     cfg = CycleConfig(**case["config"])
     channel = case["channel"]
     kind = _SplitEarly if case["split_periods"] else CycleDetector
