@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopbreak import CycleConfig, CycleDetector
-from loopbreak._engine.detectors.cycle import _match_run_back
+from loopbreak._engine.detectors.cycle import _match_run_back, is_numeric_data
 from loopbreak._engine.shape import unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
 
@@ -301,6 +301,71 @@ def test_flood_cases_a_fuzz_run_found_match_brute_force_at_every_split(
     assert brute_force(text, cfg, span, channel) is not None
     _assert_trips_as_brute_force(lambda: kind(cfg, channel), text, cfg, channel,
                                  (1, 4, 7, 64), random.Random(len(text)))
+
+
+def _staircase_text(rng: random.Random) -> str:
+    """Lines of one unit growing (or shrinking) a few characters a line, the staircase said
+    over at times: each line is a flood of its unit whose shifts recur in every older line
+    in step with it, and a line of digits is numeric data (three copies never do)."""
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        unit = rng.choice(["1234567890", "0123", "12", "ab", "a1", "Go on. ", "x[0]=1;", "1,2,",
+                           "7", "12 34\n", "abc"])
+        first, grow = rng.randint(1, 10), rng.choice([1, 1, 2, 3, -1, 5])
+        end = rng.choice(["\n", "\n", ".\n", " x\n", "|\n"])
+        lengths = [max(1, first + grow * k) for k in range(rng.randint(3, 30))]
+        lines = "".join((unit * (n // len(unit) + 1))[:n] + end for n in lengths)
+        parts.append(lines * rng.choice([1, 1, 2]))
+        if rng.random() < 0.4:
+            parts.append("".join(rng.choice("ab cd\n12") for _ in range(rng.randint(0, 40))))
+    return "".join(parts)[: rng.choice([300, 600, 900])]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_staircases_match_brute_force_at_every_split(seed: int) -> None:
+    # A line's unit counts but qualifies only later, and vouches for the multiples whose
+    # least span is its own or more; a numeric unit is held to the full span before its
+    # shape is judged; the shifts older lines offer are kept only where the windows of the
+    # batch (the short step's, or the long one's) repeat what their least run reaches.
+    rng = random.Random(4000 + seed)
+    text = _staircase_text(rng)
+    channel = rng.choice(["text", "reasoning", "reasoning"])
+    cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
+                      min_span_reasoning=rng.choice([16, 24, 48, 64]),
+                      three_copies_reasoning=rng.choice([0, 16, 20, 33]),
+                      two_copies_reasoning=rng.choice([0, 10, 40]),
+                      two_copies_pool_reasoning=rng.choice([0, 0, 30]),
+                      min_span_code=rng.choice([40, 64]), min_distinct=rng.choice([1, 2, 3]),
+                      blank_table_copies=0, code_copies=rng.choice([0, 5]),
+                      past_two_copies=rng.choice([2, 8]),
+                      one_line_code_copies=rng.choice([0, 4]))
+    kind = rng.choice([CycleDetector, _SplitEarly])
+    _assert_trips_as_brute_force(lambda: kind(cfg, channel),  # type: ignore[arg-type]
+                                 text, cfg, channel, (1, 4, 7, 64), rng)
+
+
+@given(st.text(alphabet="0123456789 ,.:|\nab(x)", min_size=1, max_size=40),
+       st.integers(2, 9), st.sampled_from(["text", "reasoning"]))
+def test_a_unit_vouches_only_for_multiples_that_need_its_span(unit: str, copies: int,
+                                                              channel: str) -> None:
+    # A window of a multiple of the nearest period within its run holds a shorter run than
+    # the nearest's: the multiples it vouches for must need its span or more, whatever
+    # their units are judged (code or prose, a pool of lines or not); and the needs the
+    # rule assumes before judging a unit's shape are never more than its own.
+    detector = CycleDetector(CycleConfig(), channel)  # type: ignore[arg-type]
+    period, span = len(unit), detector._unit_span(unit)
+    numeric = bool(detector._three_copies) and is_numeric_data(unit)
+    assert span - period >= detector._least_needs[period - 1]
+    if numeric:
+        assert span - period >= detector._numeric_needs[period - 1]
+    least = detector._multiples_needing(period, span, numeric)
+    assert least > period and least % period == 0
+    needs = detector._numeric_needs if numeric else detector._least_needs
+    assert least > detector._max_period or needs[least - 1] + least >= span
+    repeated = unit * copies
+    if len(repeated) >= least:
+        for k in range(period):
+            assert detector._unit_span(repeated[k:] + repeated[:k]) >= span
 
 
 @given(st.text(alphabet="ab \n", max_size=200), st.integers(0, 220), st.integers(1, 220),

@@ -10,7 +10,7 @@ clean text did, or one a model really produces in a loop:
   in token-sized deltas (1-character deltas for the flood): a 1-character flood,
   a counting run, one number per line, numbered unique lines, numeric CSV, text
   without a newline, CJK prose, emoji, unique short lines, indented lines, a triangle of
-  stars. A stop restarts a fresh
+  stars, a staircase of digit lines. A stop restarts a fresh
   guard (as a proxy starts a new call), so the figure is the cost of judging the
   input however often it trips;
 * the parts around the engine: one tool call whose arguments stream in 4-character
@@ -124,6 +124,11 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
         rows = "".join("*" * k + "\n" for k in range(1, 81))
         return (rows * (chars // len(rows) + 1))[:chars]
 
+    def staircase(chars: int) -> str:
+        digits = "1234567890" * 40
+        rows = "".join(digits[:k] + "\n" for k in range(1, 401))
+        return (rows * (chars // len(rows) + 1))[:chars]
+
     made: list[tuple[str, str, str, int]] = [
         # (name, shape, text, delta chars: 0 = token-sized)
         ("1-char flood", "one character, one character per delta", "." * size(1_000_000), 1),
@@ -151,6 +156,10 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
             size(1_000_000)), 0),
         ("triangle", "lines of stars growing by one to 80, again and again", triangle(
             size(1_000_000)), 0),
+        # Each line a flood of ten digits, its shifts recurring in every older line in step
+        # with it: cycle judged a dozen periods a step (0.6 M chars/s on reasoning).
+        ("staircase", "lines 1, 12, 123, ... growing by one digit to 400, again and again",
+         staircase(size(1_000_000)), 0),
     ]
     return [EngineInput(name, shape, tuple(cut(text, chars))) for name, shape, text, chars
             in made]

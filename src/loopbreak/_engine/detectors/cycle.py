@@ -49,7 +49,12 @@ anchor inside a flood (a run of spaces, of stars) recurs at every shift of every
 older flood: those shifts are taken a flood at a time and kept only where a window
 of the batch could repeat the character that broke the current flood, and a run is
 measured by galloping out from its end (indented lines were judged at 0.3 M chars/s
-when each shift was judged and measured by halving 4,096-character comparisons).
+when each shift was judged and measured by halving 4,096-character comparisons). A shift
+is listed only if the windows of its batch repeat what its least run reaches; a unit of
+numeric data is held to the full span before its shape is judged; and a unit that counts but
+qualifies later vouches for the multiples whose least span is its own or more (a staircase
+of digit lines, each line a flood of ten digits recurring in every older line, was judged
+at 0.6 M chars/s on reasoning).
 
 Measured 2026-12-01 (``loopbreak calibrate``; 1,344 real loops, 25,800 clean
 streams): raising the cap from 512 to 4,096 cuts 40 more loops and trips no
@@ -247,6 +252,12 @@ class CycleDetector:
         self._two_only = cfg.two_copies_reasoning if channel == "reasoning" else 0
         self._two_only_pool = (max(self._two_only, cfg.two_copies_pool_reasoning)
                                if channel == "reasoning" else 0)
+        # The least run a window of each period itself needs (the windows of a batch all
+        # repeat the characters from that far before its end to just after its start), and
+        # the same for a unit of numeric data (a row of digits and marks, no word).
+        periods = range(1, self._max_period + 1)
+        self._least_needs = [self._span(p) - p for p in periods]
+        self._numeric_needs = [max(self._span_cap, self._two_copies(p)) - p for p in periods]
         least_from = self._least_runs()
         self._least_from = least_from
         # Every qualifying window ends in a run of matches at least this long.
@@ -260,6 +271,8 @@ class CycleDetector:
         # The least run a unit of each period needs and the most any run is measured to,
         # worked out when the period first comes up.
         self._needs: dict[int, tuple[int, int]] = {}
+        # The least multiple a unit's span vouches for (see _multiples_needing).
+        self._vouched_from: dict[tuple[int, int, bool], int] = {}
         self._keep = (max(self._min_span_code, self._two_copies(self._max_period, pool=False),
                           self._long_half + self._max_period if self._long_step else 0)
                       + self._step + self._anchor + 1)
@@ -303,7 +316,7 @@ class CycleDetector:
         least. The longer it is, the longer a batch that one anchor serves (three copies of
         a short unit hold a run of two: more than half the span). One pass over the periods,
         not one per cap weighed."""
-        least_from = [self._span(p) - p for p in range(1, self._max_period + 1)]
+        least_from = list(self._least_needs)
         for i in range(len(least_from) - 2, -1, -1):
             least_from[i] = min(least_from[i], least_from[i + 1])
         return least_from
@@ -327,6 +340,22 @@ class CycleDetector:
         if self._three_copies:
             least = max(self._three_copies, min(least, 3 * period))
         return max(least, self._two_copies(period, pool))
+
+    def _multiples_needing(self, period: int, span: int, numeric: bool) -> int:
+        """The least multiple of ``period`` every unit of which needs ``span`` or more
+        (``numeric``: the unit of ``period`` is numeric data, and so is any repetition of it,
+        whose three copies never suffice)."""
+        key = (period, span, numeric)
+        least = self._vouched_from.get(key)
+        if least is None:
+            least = 2 * period
+            needs = self._numeric_needs if numeric else self._least_needs
+            while least <= self._max_period and needs[least - 1] + least < span:
+                least += period
+            if len(self._vouched_from) >= 4096:
+                self._vouched_from.clear()  # shared by every detector of the setting
+            self._vouched_from[key] = least
+        return least
 
     def _unit_span(self, unit: str, code: bool | None = None) -> int:
         """The tail that must repeat for this unit, by its shape (the same for every
@@ -480,7 +509,7 @@ class CycleDetector:
         best: tuple[int, int] | None = None
         if candidates:
             nearest = candidates[0]
-            at, reach = self._earliest(n0, n1, nearest)
+            at, reach, least = self._earliest(n0, n1, nearest)
             if at is not None:
                 best = (at, nearest)
             if best is None or best[0] > n0 + 1:
@@ -491,12 +520,14 @@ class CycleDetector:
                     # only where the nearest does, and counts only if the nearest unit counts.
                     # The candidates up to _multiples_upto are all multiples of it.
                     upto = self._multiples_upto
-                    others = candidates[bisect_right(candidates, max(nearest, min(reach, upto))):]
+                    skipped_to = bisect_right(candidates, max(nearest, min(reach, upto)))
+                    kept_to = bisect_left(candidates, least, 1, skipped_to) if least else 1
+                    others = candidates[1:kept_to] + candidates[skipped_to:]
                     if reach > upto:
-                        others = [q for q in others if q > reach or q % nearest]
+                        others = [q for q in others if q > reach or q % nearest or q < least]
                 for period in others:
                     # Periods come in increasing order: a later one must trip sooner to win.
-                    at, _ = self._earliest(n0, n1, period, n1 + 1 if best is None else best[0])
+                    at, _, _ = self._earliest(n0, n1, period, n1 + 1 if best is None else best[0])
                     if at is not None and (best is None or (at, period) < best):
                         best = (at, period)
         self._runs, self._next_runs = self._next_runs, self._runs
@@ -524,13 +555,13 @@ class CycleDetector:
     def _candidate_periods(self) -> list[int]:
         """The shifts, nearest first, at which the anchors of the current batch recur: the
         step's for periods up to ``_short_cap``, the long step's above."""
-        periods, upto = self._recurrences(self._batch_end, self._half, self._anchor, 1,
-                                          self._short_cap)
+        periods, upto = self._recurrences(self._batch_end, self._step, self._half,
+                                          self._anchor, 1, self._short_cap)
         self._multiples_upto = upto
         if not self._long_step:
             return periods
         if self._long is None:
-            self._long = self._recurrences(self._long_end, self._long_half,
+            self._long = self._recurrences(self._long_end, self._long_step, self._long_half,
                                            self._long_anchor, self._short_cap + 1,
                                            self._max_period)
         longer, long_upto = self._long
@@ -544,11 +575,12 @@ class CycleDetector:
         # steps: listing them as one run of multiples measured no faster).
         return periods + longer if longer else periods
 
-    def _recurrences(self, batch_end: int, half: int, g: int, shortest: int,
+    def _recurrences(self, batch_end: int, step: int, half: int, g: int, shortest: int,
                      longest: int) -> tuple[list[int], int]:
         """The shifts from ``shortest`` to ``longest``, nearest first, at which the anchor of
-        the batch ending at ``batch_end`` (``g`` characters, ``half`` before it) recurs;
-        and how far they are all the multiples of the nearest one (0: no such run)."""
+        the batch of ``step`` characters ending at ``batch_end`` (``g`` characters, ``half``
+        before its end) recurs; and how far they are all the multiples of the nearest one
+        (0: no such run)."""
         buf = self._buf
         rel = batch_end - half - self._base
         anchor = buf[rel : rel + g]
@@ -581,7 +613,8 @@ class CycleDetector:
                 upto = 0
             end = min(end, start - 1 + g)
             if end - low >= g:
-                self._older_floods(periods, buf, anchor, rel, half, low, end, nearest, start - 1)
+                self._older_floods(periods, buf, anchor, rel, half, step, low, end, nearest,
+                                   start - 1)
             return periods, upto
         if q >= 0:
             periods.append(rel - q)
@@ -592,10 +625,21 @@ class CycleDetector:
                 break
             periods.append(rel - q)
             end = q - 1 + g
+        if shortest == 1 and periods:
+            # Every window of the batch holds its period's least run, so each repeats the
+            # characters from that far before the batch's end to just after its start: a
+            # shift that does not is left out here with one comparison (an anchor at the
+            # start of a line of digits recurs in every older line ending in step with it).
+            least_needs = self._least_needs
+            batch_end = rel + half
+            batch_start = batch_end - step + 1
+            periods = [p for p in periods if (c := batch_end - least_needs[p - 1]) >= p
+                       and buf[c] == buf[c - p]
+                       and buf[c:batch_start] == buf[c - p : batch_start - p]]
         return periods, upto
 
     def _older_floods(self, periods: list[int], buf: str, anchor: str, rel: int, half: int,
-                      low: int, end: int, nearest: int, broken: int) -> None:
+                      step: int, low: int, end: int, nearest: int, broken: int) -> None:
         """Add to ``periods`` the shifts at which a flood's anchor (at ``rel``, repeating with
         ``nearest``) recurs in the older text before ``end``, leaving out those that cannot
         count in the batch (``broken``: the character just before the flood it is in).
@@ -607,11 +651,14 @@ class CycleDetector:
         there (lines of ``a`` growing by one, indented lines: ~170 shifts a step, each
         judged, at 0.3 M chars/s)."""
         g = len(anchor)
-        least_from = self._least_from
+        least_from, least_needs = self._least_from, self._least_needs
         # Windows of this batch end within a step of its end (``half`` after the anchor
-        # starts) and need at least their period's least run, longer than a step: each
-        # compares the character that run's length before the batch's end.
+        # starts) and need at least their period's least run, longer than a step: every one
+        # compares the characters from that run's length before the batch's end to just
+        # after its start (in a staircase of digit lines each older line long enough offers
+        # a shift a step whose run ends at the line's start).
         batch_end = rel + half
+        batch_start = batch_end - step + 1
         must_repeat = batch_end - broken
         mark = buf[broken]
         # The least runs grow with the period: from this one on, every window reaches back
@@ -625,8 +672,9 @@ class CycleDetector:
             first = q - (q - max(low, q + g - older - nearest)) // nearest * nearest
             shortest, longest = rel - q, rel - first
             for period in range(shortest, min(longest + 1, reaching), nearest):
-                compared = batch_end - least_from[period - 1]
-                if compared >= period and buf[compared] == buf[compared - period]:
+                compared = batch_end - least_needs[period - 1]
+                if compared >= period and buf[compared] == buf[compared - period] and \
+                        buf[compared:batch_start] == buf[compared - period : batch_start - period]:
                     periods.append(period)
             # The rest, nearest first: where the breaking character recurs before it, found
             # by searching for it rather than testing each shift (one a line of a triangle).
@@ -638,16 +686,18 @@ class CycleDetector:
                     break
                 period = broken - x
                 if (period - shortest) % nearest == 0:
-                    compared = batch_end - least_from[period - 1]
-                    if compared >= period and buf[compared] == buf[compared - period]:
+                    compared = batch_end - least_needs[period - 1]
+                    if compared >= period and buf[compared:batch_start] == buf[
+                            compared - period : batch_start - period]:
                         periods.append(period)
             end = first - 1 + g
 
     def _earliest(self, n0: int, n1: int, period: int,
-                  before: int | None = None) -> tuple[int | None, int]:
+                  before: int | None = None) -> tuple[int | None, int, int]:
         """The first ``m`` in (n0, n1] where the window of ``period`` qualifies, and how far
-        the period vouches for its multiples in this step: they cannot qualify anywhere in
-        it up to that length (0: no such promise). With ``before``, an ``m`` there or later
+        the period vouches for its multiples in this step: they cannot qualify in it before
+        it does up to that length (0: no such promise), from the multiple given third on (0:
+        all of them). With ``before``, an ``m`` there or later
         is not looked for (``None`` instead): a shorter period already trips there, and
         judging a unit's shape is the dear part (a flood of ``好。`` offers dozens of
         multiples, each once judged as code or prose)."""
@@ -670,14 +720,14 @@ class CycleDetector:
             reach = lo - (need - (n1 - n0))
             if reach < lo:
                 if reach - period < 0 or buf[reach] != buf[reach - period]:
-                    return None, 0
+                    return None, 0, 0
                 if before is not None and buf[reach:lo] != buf[reach - period : lo - period]:
                     # Shorter than that: only the nearest period's run is read whatever it
                     # is (it vouches for the multiples); another's is measured again by the
                     # next step that needs it. One comparison, not the run's measuring (a
                     # flood's anchor recurs at every shift of an older flood: ~170 periods
                     # a step in lines of a's growing by one, each measured).
-                    return None, 0
+                    return None, 0, 0
             run = _match_run_back(buf, lo, period, cap)
         repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
         # Each window of this step up to where the step breaks the period (all of them when
@@ -690,19 +740,38 @@ class CycleDetector:
         if repeats:
             self._next_runs[period] = min(cap, run + (n1 - n0))
         if run + (n1 - n0) < need:
-            return None, vouched
+            return None, vouched, 0
+        numeric = False
+        if self._three_copies and lo >= period:
+            # A step is no longer than any unit needs, so only the run going on from before it
+            # can qualify and the unit is a rotation of the one just before it: three copies
+            # of numeric data never suffice, nor for any repetition of it, so such a unit is
+            # held to the full span before its shape is judged (each older line of a
+            # staircase of digit lines offers a shift of its own, each unit once judged as
+            # code or prose).
+            numeric_need = self._numeric_needs[period - 1]
+            if numeric_need > need and is_numeric_data(buf[lo - period : lo]):
+                numeric = True
+                need = numeric_need
+                if run + (n1 - n0) < need:
+                    return None, vouched, 0
         if repeats:
             # The whole step repeats (a loop in full swing): the run grows by one per character.
             # The least span any unit of the period needs: its own is no shorter.
             at = max(n0 + 1, n0 + need - run, need + period)
             if at > last:
-                return None, vouched
+                return None, vouched, 0
             unit_need = self._unit_need(at, period, n0 - run)
             if unit_need is None:
-                return None, vouched
+                return None, vouched, 0
             if unit_need != need:
                 at = max(n0 + 1, n0 + unit_need - run, unit_need + period)
-            return (at if at <= last else None), 0
+            # Its multiples need no less than the least span of any unit of theirs, and a
+            # window of one within ``vouched`` holds a shorter run than this period's: those
+            # whose least span is this unit's or more cannot qualify before it (a staircase
+            # of digit lines, each line a flood of one unit: ~30 multiples a step otherwise).
+            least = self._multiples_needing(period, unit_need + period, numeric)
+            return (at if at <= last else None), vouched, least
         stop = min(hi, last - base)
         if need > n1 - n0 and lo >= period:
             # The step breaks the run somewhere, and a run started after that is shorter
@@ -714,13 +783,13 @@ class CycleDetector:
             if m <= stop and buf[lo:m] == buf[lo - period : m - period]:
                 shape_need = self._unit_need(m + base, period, m + base - (run + m - lo))
                 if shape_need is None:
-                    return None, vouched
+                    return None, vouched, 0
                 m = max(m, lo + shape_need - run, shape_need + period - base)
                 if m <= stop and buf[lo:m] == buf[lo - period : m - period]:
-                    return m + base, 0
+                    return m + base, 0, 0
             if stop == hi:
                 self._next_runs[period] = min(cap, _match_run_back(buf, hi, period, hi - lo))
-            return None, vouched
+            return None, vouched, 0
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need = None
         # Past ``last`` nothing is looked for; the run then is not kept for the next step.
@@ -736,7 +805,7 @@ class CycleDetector:
                 if shape_need is None:
                     shape_need = self._unit_need(m + base, period, m + base - run)
                     if shape_need is None:
-                        return None, 0
+                        return None, 0, 0
                 if run >= shape_need and m + base >= shape_need + period:
-                    return m + base, 0
-        return None, 0
+                    return m + base, 0, 0
+        return None, 0, 0
