@@ -344,15 +344,24 @@ def test_staircases_match_brute_force_at_every_split(seed: int) -> None:
                                  text, cfg, channel, (1, 4, 7, 64), rng)
 
 
-@given(st.text(alphabet="0123456789 ,.:|\nab(x)", min_size=1, max_size=40),
-       st.integers(2, 9), st.sampled_from(["text", "reasoning"]))
-def test_a_unit_vouches_only_for_multiples_that_need_its_span(unit: str, copies: int,
-                                                              channel: str) -> None:
+# The defaults, and small odd settings under which spans differ by one character (a code
+# unit of five cut after five copies needs 25, its least multiple's least span is 24).
+_VOUCH_CONFIGS = [CycleConfig(), CycleConfig(
+    max_period=64, min_span_reasoning=24, min_span_text=17, three_copies_reasoning=13,
+    two_copies_reasoning=9, two_copies_pool_reasoning=30, min_span_code=41, past_two_copies=3,
+    code_copies=5, one_line_code_copies=4)]
+
+
+@given(st.text(alphabet="0123456789 ,.:;|\nab(x)", min_size=1, max_size=40),
+       st.integers(2, 9), st.sampled_from(["text", "reasoning"]), st.sampled_from(_VOUCH_CONFIGS))
+@example("f(x);", 2, "reasoning", _VOUCH_CONFIGS[1])
+def test_a_unit_vouches_only_for_multiples_that_need_its_span(
+        unit: str, copies: int, channel: str, cfg: CycleConfig) -> None:
     # A window of a multiple of the nearest period within its run holds a shorter run than
     # the nearest's: the multiples it vouches for must need its span or more, whatever
     # their units are judged (code or prose, a pool of lines or not); and the needs the
     # rule assumes before judging a unit's shape are never more than its own.
-    detector = CycleDetector(CycleConfig(), channel)  # type: ignore[arg-type]
+    detector = CycleDetector(cfg, channel)  # type: ignore[arg-type]
     period, span = len(unit), detector._unit_span(unit)
     numeric = bool(detector._three_copies) and is_numeric_data(unit)
     assert span - period >= detector._least_needs[period - 1]
