@@ -270,6 +270,17 @@ def test_word_share_is_the_same_for_every_rotation(unit: str, k: int) -> None:
     assert word_share(unit[k:] + unit[:k]) == pytest.approx(word_share(unit))
 
 
+@given(st.text(alphabet="ab0 .\n年,'", min_size=1, max_size=30), st.integers(0, 29))
+def test_a_rotation_counts_from_the_kept_verdicts_as_it_is_judged(unit: str, k: int) -> None:
+    # Rules of one setting share what they judged: a rotation is answered from its unit's.
+    k %= len(unit)
+    rotated = unit[k:] + unit[:k]
+    first, fresh = CounterCycleDetector(), CounterCycleDetector()
+    first._counted_prose(unit)
+    assert fresh._counted_prose(rotated) == fresh._judge_counted_prose(rotated)
+    assert fresh._judge_counted_prose(rotated) == fresh._judge_counted_prose(unit)
+
+
 def test_word_share_examples() -> None:
     assert word_share("00. Pluto\n") == pytest.approx(5 / 8)
     assert word_share("0000000000") == 0.0

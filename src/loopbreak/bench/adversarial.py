@@ -10,7 +10,7 @@ clean text did, or one a model really produces in a loop:
   in token-sized deltas (1-character deltas for the flood): a 1-character flood,
   a counting run, one number per line, numbered unique lines, numeric CSV, text
   without a newline, CJK prose, emoji, unique short lines, indented lines, a triangle of
-  stars, a staircase of digit lines. A stop restarts a fresh
+  stars, a staircase of digit lines, rows of SQL inserts. A stop restarts a fresh
   guard (as a proxy starts a new call), so the figure is the cost of judging the
   input however often it trips;
 * the parts around the engine: one tool call whose arguments stream in 4-character
@@ -129,6 +129,11 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
         rows = "".join(digits[:k] + "\n" for k in range(1, 401))
         return (rows * (chars // len(rows) + 1))[:chars]
 
+    def sql_inserts(chars: int) -> str:
+        rows = (f"INSERT INTO t VALUES ({i}, '{rng.randrange(100_000)}', {rng.random():.4f});"
+                for i in range(chars // 40))
+        return "\n".join(rows)[:chars]
+
     made: list[tuple[str, str, str, int]] = [
         # (name, shape, text, delta chars: 0 = token-sized)
         ("1-char flood", "one character, one character per delta", "." * size(1_000_000), 1),
@@ -160,6 +165,11 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
         # with it: cycle judged a dozen periods a step (0.6 M chars/s on reasoning).
         ("staircase", "lines 1, 12, 123, ... growing by one digit to 400, again and again",
          staircase(size(1_000_000)), 0),
+        # Rows of data that counter-cycle cuts every ~50 rows, a fresh guard each time meeting
+        # the same cycles of rows in another rotation: each rotation's shape was judged anew
+        # (0.26 M chars/s).
+        ("SQL inserts", "INSERT INTO t VALUES (17, '48213', 0.4821); one row a line",
+         sql_inserts(size(1_000_000)), 0),
     ]
     return [EngineInput(name, shape, tuple(cut(text, chars))) for name, shape, text, chars
             in made]

@@ -42,6 +42,7 @@ from loopbreak._config import CounterCycleConfig, CycleConfig
 from loopbreak._engine.charclass import CJK_RANGES
 from loopbreak._engine.detectors.cycle import CycleDetector
 from loopbreak._engine.masking import ascii_digits_as_zero
+from loopbreak._engine.rotations import RotationVerdicts
 from loopbreak._engine.trip import Channel
 
 COUNTER_CYCLE = "counter-cycle"
@@ -161,6 +162,8 @@ class CounterCycleDetector(CycleDetector):
         self._min_word_share = cfg.min_word_share
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose
+        self._prose_verdicts = _prose_verdicts(self._min_distinct, self._words_per_number,
+                                               self._min_word_share)
         self._after_digit = False
         # The deltas whose reading dropped digits: (reading position where the delta's
         # reading starts and ends, the delta with digits read as 0, whether its leading
@@ -327,10 +330,36 @@ class CounterCycleDetector(CycleDetector):
         return True
 
     def _counted_prose(self, unit: str) -> bool:
+        verdict = self._prose_verdicts.get(unit)
+        if verdict is None:
+            verdict = self._judge_counted_prose(unit)
+            self._prose_verdicts.keep(unit, verdict)
+        return verdict
+
+    def _judge_counted_prose(self, unit: str) -> bool:
+        """Whether a unit counts: a number, enough distinct characters, and words (each
+        read round the cycle, so every rotation of the unit gets the same answer)."""
         numbers = unit.count("0")
         return (numbers > 0 and self._distinct_enough(unit)
                 and numbers <= max(2, _words(unit) / self._words_per_number)
                 and word_share(unit) >= self._min_word_share)
+
+
+_PROSE_VERDICTS: dict[tuple[int, float, float], RotationVerdicts] = {}
+
+
+def _prose_verdicts(min_distinct: int, words_per_number: float, min_word_share: float
+                    ) -> RotationVerdicts:
+    """The units judged lately under one setting, and whether each counts: shared by the
+    rules of that setting (a guard starts its rules afresh after every trip, and rows of
+    data that trip it every few dozen rows bring the same few cycles back)."""
+    key = (min_distinct, words_per_number, min_word_share)
+    verdicts = _PROSE_VERDICTS.get(key)
+    if verdicts is None:
+        if len(_PROSE_VERDICTS) >= 16:
+            _PROSE_VERDICTS.clear()
+        verdicts = _PROSE_VERDICTS[key] = RotationVerdicts(64)
+    return verdicts
 
 
 def _entry_start(entry: tuple[int, int, str, bool, int, int]) -> int:
