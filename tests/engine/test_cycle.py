@@ -609,6 +609,20 @@ def test_prose_readings_only_take_code_symbols_away(text: str) -> None:
     assert not full or shape._symbols_make_code(text)
 
 
+@given(st.text(alphabet="ab :'\"\n[](){}=<>$_;|あ ", min_size=1, max_size=60),
+       st.integers(1, 3))
+@example("'a", 1)  # a quote after a letter is prose: the letter lies before the window
+@example("(b)a", 1)  # a bracket opened after a letter is code
+def test_a_window_counts_the_matches_the_whole_tiling_has(unit: str, side: int) -> None:
+    from loopbreak._engine import shape
+
+    text = unit * (2 * side + 1)
+    lo, hi = side * len(unit), (side + 1) * len(unit)
+    for pattern in (shape._CODE_SYMBOLS, shape._PROSE_BRACKETS):
+        whole = sum(1 for m in pattern.finditer(text) if lo <= m.start() < hi)
+        assert shape._matches_starting_in(pattern, text, lo, hi) == whole
+
+
 def test_a_bracket_stays_whole_when_algebra_meets_it() -> None:
     from loopbreak._engine.shape import looks_like_code, unit_looks_like_code
 

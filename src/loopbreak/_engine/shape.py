@@ -151,11 +151,25 @@ def _unit_looks_like_code(unit: str) -> bool:
 def _window_symbols_make_code(text: str, lo: int, hi: int, unit: str) -> bool:
     """Whether the code symbols that start in ``text[lo:hi]`` (one copy of ``unit``, with
     the cycle around it) make the unit code."""
-    symbols = sum(1 for m in _CODE_SYMBOLS.finditer(text) if lo <= m.start() < hi)
+    symbols = _matches_starting_in(_CODE_SYMBOLS, text, lo, hi)
     if not symbols:
         return False
-    pairs = sum(1 for m in _PROSE_BRACKETS.finditer(text) if lo <= m.start() < hi)
+    pairs = _matches_starting_in(_PROSE_BRACKETS, text, lo, hi)
     return _enough_symbols(symbols - 2 * pairs, unit)
+
+
+def _matches_starting_in(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> int:
+    """The matches of ``pattern`` in ``text`` that start in ``text[lo:hi]``, the search
+    begun at ``lo``: a lookbehind still reads what lies before it, ``^`` does not match
+    there, and no match of a code symbol (one character) or of a prose bracket (none inside
+    another) starts inside one that begins earlier, so they are the whole text's matches
+    (not the tiling's eight other copies walked as well)."""
+    count = 0
+    for match in pattern.finditer(text, lo):
+        if match.start() >= hi:
+            break
+        count += 1
+    return count
 
 
 def repeats_its_lines(unit: str) -> bool:
