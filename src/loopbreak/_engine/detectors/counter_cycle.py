@@ -356,7 +356,7 @@ def _prose_verdicts(min_distinct: int, words_per_number: float, min_word_share: 
     key = (min_distinct, words_per_number, min_word_share)
     verdicts = _PROSE_VERDICTS.get(key)
     if verdicts is None:
-        if len(_PROSE_VERDICTS) >= 16:
+        if len(_PROSE_VERDICTS) >= 4:  # a process runs a setting or two
             _PROSE_VERDICTS.clear()
         verdicts = _PROSE_VERDICTS[key] = RotationVerdicts(64)
     return verdicts
