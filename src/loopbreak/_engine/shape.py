@@ -80,8 +80,10 @@ _MATH_TOKEN = (r"(?:\d+(?:\.\d+)?(?:[A-Za-z](?![A-Za-z_]))?"
                r"|(?<![A-Za-z_\d])[A-Za-z\u2211\u221a\u03c0](?![A-Za-z_\d])"
                rf"|{_OPERATOR}|[()^]|{_EQUALS})")
 _MATH_RUN = re.compile(rf"(?<![\w.]){_MATH_TOKEN}(?: ?{_MATH_TOKEN})*")
-_ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUALS}|\d\(")
-_DIGIT_BRACKET = re.compile(r"\d\(")
+_NUMBER_BEFORE_BRACKET = r"\d\("
+_ARITHMETIC = re.compile(rf"{_EQUALS}[\s\S]*{_OPERATOR}|{_OPERATOR}[\s\S]*{_EQUALS}"
+                         rf"|{_NUMBER_BEFORE_BRACKET}")
+_DIGIT_BRACKET = re.compile(_NUMBER_BEFORE_BRACKET)
 # A fence line (three backticks and a language name) marks a block as code; what the
 # block holds is judged on its own symbols.
 _FENCE = re.compile(r"(?:^|(?<=\n))```[\w+-]*(?=\n|$)")
@@ -163,7 +165,7 @@ def _matches_starting_in(pattern: re.Pattern[str], text: str, lo: int, hi: int) 
     begun at ``lo``: a lookbehind still reads what lies before it, ``^`` does not match
     there, and no match of a code symbol (one character) or of a prose bracket (none inside
     another) starts inside one that begins earlier, so they are the whole text's matches
-    (not the tiling's eight other copies walked as well)."""
+    (the tiling's other copies are not walked as well)."""
     count = 0
     for match in pattern.finditer(text, lo):
         if match.start() >= hi:
