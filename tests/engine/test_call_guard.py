@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 from loopbreak import CallGuard, ChannelGuard, Config, build_detectors
 from loopbreak._engine.call_guard import ANSWER_SAMPLE_CHARS
 from loopbreak._engine.grams import GramSet
-from loopbreak._samples import answer_loop, star_flood, verbatim_loop
+from loopbreak._samples import answer_loop, counter_loop, star_flood, verbatim_loop
 
 
 def _feed(guard: CallGuard, channel: str, text: str, size: int = 32):  # type: ignore[no-untyped-def]
@@ -234,3 +237,19 @@ def test_tool_arguments_in_many_pieces_are_joined_once() -> None:
     record = guard.tool_calls[0]
     assert record.arguments == "".join(pieces)
     assert record.arguments is record.arguments  # joined once, then kept
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+def test_a_guard_is_copied_and_pickled_whole_and_judges_on_alike(channel: str) -> None:
+    # Its rules built and judging (cycle and counter-cycle share what they judged through the
+    # process, not through the guard): a copy, or one pickled and loaded, trips where the
+    # original does.
+    text = counter_loop().text
+    whole = _feed(CallGuard(), channel, text)
+    assert whole is not None and whole.rule in ("counter-cycle", "cycle")
+    half = whole.at // 2
+    original = CallGuard()
+    assert _feed(original, channel, text[:half]) is None
+    copies = [copy.deepcopy(original), pickle.loads(pickle.dumps(original))]
+    trips = [_feed(guard, channel, text[half:]) for guard in [original, *copies]]
+    assert all(t is not None and (t.rule, t.at) == (whole.rule, whole.at) for t in trips)

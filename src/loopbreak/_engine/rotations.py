@@ -9,8 +9,6 @@ each time in another rotation: kept by the unit alone, every rotation was judged
 
 from __future__ import annotations
 
-import threading
-
 
 class RotationVerdicts:
     """Verdicts of the units judged lately, each answering every rotation of its unit.
@@ -18,17 +16,17 @@ class RotationVerdicts:
     A string is a rotation of a unit exactly when the unit doubled holds it (and it is as
     long): a verdict is found by one search per kept unit of that length, and by the unit
     itself at once. At most ``most`` units are kept (then all are dropped): a bounded memory
-    of at most ``3 * most`` units' characters.
+    of at most ``3 * most`` units' characters. Shared by threads without a lock: a verdict is
+    the same whoever judged it, so a race at most judges a unit twice or keeps a few more.
     """
 
-    __slots__ = ("_by_length", "_by_unit", "_cycles", "_lock", "_most")
+    __slots__ = ("_by_length", "_by_unit", "_cycles", "_most")
 
     def __init__(self, most: int = 64) -> None:
         self._most = most
         self._by_unit: dict[str, bool] = {}
         self._by_length: dict[int, list[tuple[str, bool]]] = {}
         self._cycles = 0
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         """Cycles kept."""
@@ -47,12 +45,11 @@ class RotationVerdicts:
 
     def keep(self, unit: str, verdict: bool) -> None:
         """Keep ``verdict`` for ``unit`` and every rotation of it."""
-        with self._lock:
-            if self._cycles >= self._most:
-                self._by_length.clear()
-                self._cycles = 0
-            self._by_length.setdefault(len(unit), []).insert(0, (unit + unit, verdict))
-            self._cycles += 1
+        if self._cycles >= self._most:
+            self._by_length.clear()
+            self._cycles = 0
+        self._by_length.setdefault(len(unit), []).insert(0, (unit + unit, verdict))
+        self._cycles += 1
         self._keep_unit(unit, verdict)
 
     def _keep_unit(self, unit: str, verdict: bool) -> None:

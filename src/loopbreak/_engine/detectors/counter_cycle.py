@@ -162,8 +162,9 @@ class CounterCycleDetector(CycleDetector):
         self._min_word_share = cfg.min_word_share
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose
-        self._prose_verdicts = _prose_verdicts(self._min_distinct, self._words_per_number,
-                                               self._min_word_share)
+        # The verdicts are looked up by setting when asked, not held: a guard is copied and
+        # pickled whole, and what its rules share stays the process's.
+        self._prose_setting = (self._min_distinct, self._words_per_number, self._min_word_share)
         self._after_digit = False
         # The deltas whose reading dropped digits: (reading position where the delta's
         # reading starts and ends, the delta with digits read as 0, whether its leading
@@ -330,10 +331,11 @@ class CounterCycleDetector(CycleDetector):
         return True
 
     def _counted_prose(self, unit: str) -> bool:
-        verdict = self._prose_verdicts.get(unit)
+        verdicts = _prose_verdicts(self._prose_setting)
+        verdict = verdicts.get(unit)
         if verdict is None:
             verdict = self._judge_counted_prose(unit)
-            self._prose_verdicts.keep(unit, verdict)
+            verdicts.keep(unit, verdict)
         return verdict
 
     def _judge_counted_prose(self, unit: str) -> bool:
@@ -348,17 +350,16 @@ class CounterCycleDetector(CycleDetector):
 _PROSE_VERDICTS: dict[tuple[int, float, float], RotationVerdicts] = {}
 
 
-def _prose_verdicts(min_distinct: int, words_per_number: float, min_word_share: float
-                    ) -> RotationVerdicts:
-    """The units judged lately under one setting, and whether each counts: shared by the
-    rules of that setting (a guard starts its rules afresh after every trip, and rows of
-    data that trip it every few dozen rows bring the same few cycles back)."""
-    key = (min_distinct, words_per_number, min_word_share)
-    verdicts = _PROSE_VERDICTS.get(key)
+def _prose_verdicts(setting: tuple[int, float, float]) -> RotationVerdicts:
+    """The units judged lately under one setting (distinct characters, words per number,
+    word share), and whether each counts: shared by the rules of that setting (a guard starts
+    its rules afresh after every trip, and rows of data that trip it every few dozen rows
+    bring the same few cycles back)."""
+    verdicts = _PROSE_VERDICTS.get(setting)
     if verdicts is None:
         if len(_PROSE_VERDICTS) >= 4:  # a process runs a setting or two
             _PROSE_VERDICTS.clear()
-        verdicts = _PROSE_VERDICTS[key] = RotationVerdicts(64)
+        verdicts = _PROSE_VERDICTS[setting] = RotationVerdicts(64)
     return verdicts
 
 
