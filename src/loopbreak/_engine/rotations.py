@@ -15,7 +15,7 @@ class RotationVerdicts:
 
     A string is a rotation of a unit exactly when the unit doubled holds it (and it is as
     long): a verdict is found by one search per kept unit of that length, and by the unit
-    itself at once. At most ``most`` units are kept (then all are dropped): a bounded memory
+    itself at once. At most ``most`` cycles are kept (then all are dropped): a bounded memory
     of at most ``3 * most`` units' characters. Shared by threads without a lock: a verdict is
     the same whoever judged it, so a race at most judges a unit twice or keeps a few more.
     """
