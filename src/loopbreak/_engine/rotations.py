@@ -9,6 +9,8 @@ each time in another rotation: kept by the unit alone, every rotation was judged
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class RotationVerdicts:
     """Verdicts of the units judged lately, each answering every rotation of its unit.
@@ -42,6 +44,14 @@ class RotationVerdicts:
                 self._keep_unit(unit, known)
                 return known
         return None
+
+    def verdict(self, unit: str, judge: Callable[[str], bool]) -> bool:
+        """The verdict kept for ``unit`` or a rotation of it, else ``judge(unit)``, kept."""
+        verdict = self.get(unit)
+        if verdict is None:
+            verdict = judge(unit)
+            self.keep(unit, verdict)
+        return verdict
 
     def keep(self, unit: str, verdict: bool) -> None:
         """Keep ``verdict`` for ``unit`` and every rotation of it."""

@@ -116,11 +116,7 @@ def unit_looks_like_code(unit: str) -> bool:
     # inserts, cut every ~1,900 characters, offered 217 units of 13 cycles, each answer
     # 0.3-0.7 ms of regex work: 0.26 M chars/s). 64 cycles of at most max_period
     # characters: a bounded memory.
-    verdict = _unit_verdicts.get(unit)
-    if verdict is None:
-        verdict = _unit_looks_like_code(unit)
-        _unit_verdicts.keep(unit, verdict)
-    return verdict
+    return _unit_verdicts.verdict(unit, _unit_looks_like_code)
 
 
 def _unit_looks_like_code(unit: str) -> bool:

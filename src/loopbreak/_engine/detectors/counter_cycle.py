@@ -331,12 +331,7 @@ class CounterCycleDetector(CycleDetector):
         return True
 
     def _counted_prose(self, unit: str) -> bool:
-        verdicts = _prose_verdicts(self._prose_setting)
-        verdict = verdicts.get(unit)
-        if verdict is None:
-            verdict = self._judge_counted_prose(unit)
-            verdicts.keep(unit, verdict)
-        return verdict
+        return _prose_verdicts(self._prose_setting).verdict(unit, self._judge_counted_prose)
 
     def _judge_counted_prose(self, unit: str) -> bool:
         """Whether a unit counts: a number, enough distinct characters, and words (each
