@@ -592,7 +592,8 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     names = [i["name"] for i in report["inputs"]]
     assert names == ["1-char flood", "counting run", "number per line", "numbered lines",
                      "numeric CSV", "no newline", "CJK", "emoji", "unique lines",
-                     "indented lines", "triangle", "staircase", "SQL inserts"]
+                     "indented lines", "triangle", "staircase", "SQL inserts",
+                     "padded tables"]
     subjects = {r["subject"] for r in report["engine"]}
     assert subjects == {"loopbreak (reasoning)", "loopbreak (text)"}
     assert len(report["engine"]) == 2 * len(names)

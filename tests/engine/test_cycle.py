@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from loopbreak import CycleConfig, CycleDetector
 from loopbreak._engine.detectors.cycle import _match_run_back, is_numeric_data
 from loopbreak._engine.rotations import RotationVerdicts
-from loopbreak._engine.shape import unit_looks_like_code
+from loopbreak._engine.shape import POOL_LINES, unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
 
 
@@ -345,6 +345,58 @@ def test_staircases_match_brute_force_at_every_split(seed: int) -> None:
                                  text, cfg, channel, (1, 4, 7, 64), rng)
 
 
+def _padded_rows_text(rng: random.Random) -> str:
+    """Table rows whose cells are padded with runs of a flat fill (spaces, or ``ab`` under a
+    ``min_distinct`` of 3), words between runs of spaces, short lines said over as a pool,
+    and rows said over verbatim: the anchor of a batch in a cell's padding recurs at every
+    shift of every older cell, and a cell's padding ends inside a batch."""
+    words = ["a", "bb", "cat", "Go.", "12", "x=1"]
+    fill = rng.choice([" ", " ", " ", "ab", "."])
+    widths = rng.choice([[6], [9, 3], [4, 14, 2], [1, 7, 20]])
+    parts = []
+    for _ in range(rng.randint(2, 5)):
+        kind = rng.random()
+        if kind < 0.5:
+            rows = []
+            for _ in range(rng.randint(3, 12)):
+                cells = [w + fill * (rng.choice(widths) - len(w) + 1)
+                         for w in (rng.choice(words) for _ in range(rng.randint(1, 3)))]
+                rows.append("| " + " | ".join(cells) + " |\n")
+            block = "".join(rows)
+            parts.append(block * rng.choice([1, 1, 2, 3]))
+        elif kind < 0.75:
+            parts.append("".join(fill * rng.randint(1, 30) + rng.choice(words)
+                                 for _ in range(rng.randint(3, 15))))
+        else:
+            # A pool of lines said over: a unit of 4 to 8 lines, each line twice or so.
+            lines = rng.sample(["OK.", "Go.", "x", "Done.", "y=2"], rng.randint(2, 3))
+            unit = "".join(rng.choice(lines) + "\n" for _ in range(rng.randint(4, 8)))
+            parts.append(unit * rng.randint(2, 3))
+    return "".join(parts)[: rng.choice([300, 600, 900])]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_padded_rows_match_brute_force_at_every_split(seed: int) -> None:
+    # A shift whose unit is no pool of lines is sifted by the third copy's least run; a
+    # flood's vouching holds for the rest of its batch once the flood has ended; and inside a
+    # flat flood only a shift that repeats the character before it can count.
+    rng = random.Random(5000 + seed)
+    text = _padded_rows_text(rng)
+    channel = rng.choice(["text", "reasoning", "reasoning"])
+    cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
+                      min_span_reasoning=rng.choice([16, 24, 48, 64]),
+                      three_copies_reasoning=rng.choice([0, 16, 33]),
+                      two_copies_reasoning=rng.choice([0, 10, 20]),
+                      two_copies_pool_reasoning=rng.choice([0, 30, 64]),
+                      min_span_code=rng.choice([40, 64]), min_distinct=rng.choice([1, 2, 3]),
+                      blank_table_copies=rng.choice([0, 3]), code_copies=rng.choice([0, 5]),
+                      past_two_copies=rng.choice([2, 8]),
+                      one_line_code_copies=rng.choice([0, 4]))
+    kind = rng.choice([CycleDetector, _SplitEarly])
+    _assert_trips_as_brute_force(lambda: kind(cfg, channel),  # type: ignore[arg-type]
+                                 text, cfg, channel, (1, 4, 7, 64), rng)
+
+
 # The defaults, and small odd settings under which spans differ by one character (a code
 # unit of five cut after five copies needs 25, its least multiple's least span is 24).
 _VOUCH_CONFIGS = [CycleConfig(), CycleConfig(
@@ -366,6 +418,8 @@ def test_a_unit_vouches_only_for_multiples_that_need_its_span(
     period, span = len(unit), detector._unit_span(unit)
     numeric = bool(detector._three_copies) and is_numeric_data(unit)
     assert span - period >= detector._least_needs[period - 1]
+    if unit.count("\n") < POOL_LINES:  # no pool of lines: it needs the third copy too
+        assert span - period >= detector._lineless_needs[period - 1]
     if numeric:
         assert span - period >= detector._numeric_needs[period - 1]
     least = detector._multiples_needing(period, span, numeric)

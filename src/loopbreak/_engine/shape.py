@@ -42,6 +42,10 @@ import re
 
 from loopbreak._engine.rotations import RotationVerdicts
 
+POOL_LINES = 4
+"""Lines (not blank) a unit needs to be a pool of lines (``repeats_its_lines``): a unit with
+fewer line breaks is none."""
+
 CODE_SYMBOL_SHARE = 0.05
 """Share of code symbols from which text counts as code. Real loop units in the
 corpus measure 0.00; periodic units in stdlib code 0.05 and up, or indented."""
@@ -179,7 +183,7 @@ def repeats_its_lines(unit: str) -> bool:
         return False
     lines = [line.strip() for line in (unit[first + 1 :] + unit[: first + 1]).split("\n")]
     lines = [line for line in lines if line]
-    return len(lines) >= 4 and 2 * len(set(lines)) <= len(lines)
+    return len(lines) >= POOL_LINES and 2 * len(set(lines)) <= len(lines)
 
 
 def is_blank_table(unit: str) -> bool:

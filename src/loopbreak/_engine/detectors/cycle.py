@@ -103,7 +103,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from loopbreak._config import CycleConfig
-from loopbreak._engine.shape import is_blank_table, repeats_its_lines, unit_looks_like_code
+from loopbreak._engine.shape import (
+    POOL_LINES,
+    is_blank_table,
+    repeats_its_lines,
+    unit_looks_like_code,
+)
 from loopbreak._engine.trip import Channel, Trip
 
 CYCLE = "cycle"
@@ -111,6 +116,8 @@ ONE_LINE_MIN_PERIOD = 16
 """Shortest unit that ``one_line_code_copies`` applies to: a shorter one (``0, 0, ``,
 ``\\x00``) fills a line of data many times over."""
 _ANCHOR_CHARS = 32
+# Nearest periods whose unit may have too few distinct characters to count (checked).
+_FLAT_MOST = 8
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _ASCII_DIGIT = re.compile(r"[0-9]")
 # The settings a detector derives from its arguments, by class and arguments (a handful per
@@ -213,6 +220,10 @@ class CycleDetector:
         # its anchor recurs at; None until looked up.
         self._batch_end = 0
         self._candidates: list[int] | None = None
+        # Candidates of the batch found unable to qualify in the rest of it.
+        self._dead: list[int] = []
+        # How far the nearest period has vouched for its multiples in this batch so far.
+        self._batch_reach = 0
         # The same for the periods above _short_cap, over longer steps (see _derive).
         self._long_end = 0
         self._long: tuple[list[int], int] | None = None
@@ -257,9 +268,12 @@ class CycleDetector:
         # the same for a unit of numeric data (a row of digits and marks, no word).
         periods = range(1, self._max_period + 1)
         self._least_needs = [self._span(p) - p for p in periods]
+        # ... and of a unit that is not a pool of lines (it needs the third copy too).
+        self._lineless_needs = [self._span(p, pool=False) - p for p in periods]
         self._numeric_needs = [max(self._span_cap, self._two_copies(p)) - p for p in periods]
-        least_from = self._least_runs()
+        least_from = self._least_runs(self._least_needs)
         self._least_from = least_from
+        self._lineless_from = self._least_runs(self._lineless_needs)
         # Every qualifying window ends in a run of matches at least this long.
         least = least_from[0] if least_from else (self._min_span + 1) // 2
         self._least_run = least
@@ -310,13 +324,13 @@ class CycleDetector:
     def consumed(self) -> int:
         return self._consumed
 
-    def _least_runs(self) -> list[int]:
+    def _least_runs(self, least_needs: list[int]) -> list[int]:
         """For each period ``p`` (at index ``p - 1``), the shortest run of matches a
         qualifying window of ``p`` or any longer period ends in: its span less its period, at
         least. The longer it is, the longer a batch that one anchor serves (three copies of
         a short unit hold a run of two: more than half the span). One pass over the periods,
         not one per cap weighed."""
-        least_from = list(self._least_needs)
+        least_from = list(least_needs)
         for i in range(len(least_from) - 2, -1, -1):
             least_from[i] = min(least_from[i], least_from[i + 1])
         return least_from
@@ -406,6 +420,8 @@ class CycleDetector:
         self._buf = ""
         self._base = self._done = self._consumed = self._batch_end = self._long_end = 0
         self._candidates = None
+        self._dead.clear()
+        self._batch_reach = 0
         self._long = None
         self._runs.clear()
         self._next_runs.clear()
@@ -436,6 +452,7 @@ class CycleDetector:
                 # anchor, so its candidate periods are looked up once for all its deltas.
                 batch_end = self._batch_end = done + self._step
                 candidates = self._candidates = None
+                self._batch_reach = 0
                 if done >= self._long_end and self._long_step:
                     self._long_end = done + self._long_step
                     self._long = None
@@ -512,6 +529,18 @@ class CycleDetector:
             at, reach, least = self._earliest(n0, n1, nearest)
             if at is not None:
                 best = (at, nearest)
+            elif not least:
+                # An earlier part of this batch may have vouched further, for all multiples
+                # up to there: had the nearest period repeated since, its run (longer now)
+                # would vouch as far; it broke since, so a multiple it vouched for mismatches
+                # the breaking character, and a run started after the break is shorter than
+                # the batch, shorter than any unit needs. Without this, every shift of the
+                # flood an anchor lay in was judged on its own once the flood ended before
+                # the batch did (padded table cells: ~150 shifts a delta).
+                if self._batch_reach > reach:
+                    reach = self._batch_reach
+                else:
+                    self._batch_reach = reach
             if best is None or best[0] > n0 + 1:
                 others = candidates[1:]
                 if reach:
@@ -525,14 +554,46 @@ class CycleDetector:
                     others = candidates[1:kept_to] + candidates[skipped_to:]
                     if reach > upto:
                         others = [q for q in others if q > reach or q % nearest or q < least]
+                if others and nearest < _FLAT_MOST:
+                    others = self._crossing_flat(others, nearest, n0, n1)
                 for period in others:
                     # Periods come in increasing order: a later one must trip sooner to win.
                     at, _, _ = self._earliest(n0, n1, period, n1 + 1 if best is None else best[0])
                     if at is not None and (best is None or (at, period) < best):
                         best = (at, period)
+                if self._dead:
+                    dead = set(self._dead)
+                    self._dead.clear()
+                    self._candidates = [p for p in candidates if p not in dead]
         self._runs, self._next_runs = self._next_runs, self._runs
         self._next_runs.clear()
         return best
+
+    def _crossing_flat(self, periods: list[int], nearest: int, n0: int, n1: int) -> list[int]:
+        """Leave out of ``periods`` those no window ending in (``n0``, ``n1``] can qualify for when
+        the step lies in a stretch that repeats the nearest period's unit and that unit has
+        too few distinct characters to count (a flood of spaces): a unit inside the stretch
+        has the same few, so one that counts reaches back over the character that broke the
+        stretch, and its window's run (never shorter than the unit) repeats that character.
+
+        Each shift at which the anchor of a batch in a cell of spaces recurs in an older
+        row's cell was judged at every delta (~150 a step in padded table rows: 0.2-0.5 M
+        chars/s); a window that counts reaches back to the cell's text, which those shifts
+        do not repeat."""
+        run = self._next_runs.get(nearest)
+        # The run kept at the step's end: every window ending in the step ends in the
+        # stretch when it is no shorter than the step. A run cut at its cap measures the
+        # stretch short: the character before the part measured is then the stretch's own,
+        # but still inside every qualifying window's run.
+        if run is None or run < n1 - n0:
+            return periods
+        hi = n1 - self._base
+        broken = hi - run - nearest - 1
+        buf = self._buf
+        if broken < 0 or len(set(buf[hi - nearest : hi])) >= self._min_distinct:
+            return periods
+        mark = buf[broken]
+        return [p for p in periods if p <= broken and buf[broken - p] == mark]
 
     def _unit_need(self, end: int, period: int, reach: int) -> int | None:
         """The span less ``period`` that the unit ending at stream position ``end`` needs,
@@ -570,7 +631,14 @@ class CycleDetector:
             # a long period it does not recur at is left out for the step (most of them).
             buf, rel = self._buf, self._batch_end - self._half - self._base
             anchor = buf[rel : rel + self._anchor]
-            longer = [p for p in longer if buf.startswith(anchor, rel - p)]
+            # And, as for the step's own, each window ending in the step holds the least run
+            # of its period (checked on the long step's shorter stretch: a cell of spaces
+            # recurs in every older row, ~40 long shifts a step in padded table rows).
+            batch_end = rel + self._half
+            batch_start = batch_end - self._step + 1
+            repeats_back = self._repeats_back
+            longer = [p for p in longer if buf.startswith(anchor, rel - p)
+                      and repeats_back(buf, p, batch_start, batch_end)]
         # A flood's long multiples are judged one by one (a flood is cut within a few
         # steps: listing them as one run of multiples measured no faster).
         return periods + longer if longer else periods
@@ -630,13 +698,40 @@ class CycleDetector:
             # characters from that far before the batch's end to just after its start: a
             # shift that does not is left out here with one comparison (an anchor at the
             # start of a line of digits recurs in every older line ending in step with it).
-            least_needs = self._least_needs
             batch_end = rel + half
             batch_start = batch_end - step + 1
-            periods = [p for p in periods if (c := batch_end - least_needs[p - 1]) >= p
-                       and buf[c] == buf[c - p]
-                       and buf[c:batch_start] == buf[c - p : batch_start - p]]
+            repeats_back = self._repeats_back
+            periods = [p for p in periods if repeats_back(buf, p, batch_start, batch_end)]
         return periods, upto
+
+    def _repeats_back(self, buf: str, period: int, batch_start: int, batch_end: int,
+                      lineless: bool = False) -> bool:
+        """Whether the text from the least run a window of ``period`` ending in the batch
+        needs (``_batch_need``; ``lineless``: known to be a unit's that is no pool) before the
+        batch's end to just after its start repeats with ``period``: every window ending in
+        the batch holds that much of its run (buffer positions)."""
+        need = self._least_needs[period - 1]
+        if need != self._lineless_needs[period - 1]:
+            need = (self._lineless_needs[period - 1] if lineless
+                    else self._batch_need(buf, period, batch_start, batch_end))
+        c = batch_end - need
+        return c >= period and buf[c] == buf[c - period] and buf[c:batch_start] == buf[
+            c - period : batch_start - period]
+
+    def _batch_need(self, buf: str, period: int, batch_start: int, batch_end: int) -> int:
+        """The least run a window of ``period`` ending in the batch (``batch_start`` to
+        ``batch_end``, buffer positions) needs: the pool's least when a unit there could be a
+        pool of lines, else a unit's without it. A qualifying unit repeats the one before it,
+        so its line breaks are counted in text already read.
+
+        A unit of a padded table row (a cell of 250 spaces) is no pool: at the pool's least
+        (two copies) the windows of a batch reach back only into the cell's spaces, and every
+        shift that lands in an older row's cell was kept as a candidate and judged by each
+        delta (0.3 M chars/s); with the third copy they reach the cell's text."""
+        lines = buf.count("\n", max(0, batch_start - 2 * period), max(0, batch_end - period))
+        if lines < POOL_LINES:
+            return self._lineless_needs[period - 1]
+        return self._least_needs[period - 1]
 
     def _older_floods(self, periods: list[int], buf: str, anchor: str, rel: int, half: int,
                       step: int, low: int, end: int, nearest: int, broken: int) -> None:
@@ -651,7 +746,8 @@ class CycleDetector:
         there (lines of ``a`` growing by one, indented lines: ~170 shifts a step, each
         judged, at 0.3 M chars/s)."""
         g = len(anchor)
-        least_from, least_needs = self._least_from, self._least_needs
+        least_from, lineless_from = self._least_from, self._lineless_from
+        repeats_back = self._repeats_back
         # Windows of this batch end within a step of its end (``half`` after the anchor
         # starts) and need at least their period's least run, longer than a step: every one
         # compares the characters from that run's length before the batch's end to just
@@ -663,7 +759,9 @@ class CycleDetector:
         mark = buf[broken]
         # The least runs grow with the period: from this one on, every window reaches back
         # over ``broken``, and only a shift that puts the breaking character there can count.
-        reaching = bisect_left(least_from, must_repeat) + 1
+        # A unit that is no pool of lines needs more: from an earlier period on.
+        reaching_pool = bisect_left(least_from, must_repeat) + 1
+        reaching_lineless = bisect_left(lineless_from, must_repeat) + 1
         while end - low >= g:
             q = buf.rfind(anchor, low, end)
             if q < 0:
@@ -671,10 +769,14 @@ class CycleDetector:
             older = _match_run_back(buf, q + g, nearest, q + g - low)
             first = q - (q - max(low, q + g - older - nearest)) // nearest * nearest
             shortest, longest = rel - q, rel - first
+            # No unit of this flood's shifts is a pool when their text holds too few line
+            # breaks for one (asked once for them all; a padded table cell's shifts).
+            lineless = reaching_lineless < reaching_pool and buf.count(
+                "\n", max(0, batch_start - 2 * longest), max(0, batch_end - shortest)
+            ) < POOL_LINES
+            reaching = reaching_lineless if lineless else reaching_pool
             for period in range(shortest, min(longest + 1, reaching), nearest):
-                compared = batch_end - least_needs[period - 1]
-                if compared >= period and buf[compared] == buf[compared - period] and \
-                        buf[compared:batch_start] == buf[compared - period : batch_start - period]:
+                if repeats_back(buf, period, batch_start, batch_end, lineless):
                     periods.append(period)
             # The rest, nearest first: where the breaking character recurs before it, found
             # by searching for it rather than testing each shift (one a line of a triangle).
@@ -685,11 +787,9 @@ class CycleDetector:
                 if x < 0:
                     break
                 period = broken - x
-                if (period - shortest) % nearest == 0:
-                    compared = batch_end - least_needs[period - 1]
-                    if compared >= period and buf[compared:batch_start] == buf[
-                            compared - period : batch_start - period]:
-                        periods.append(period)
+                if (period - shortest) % nearest == 0 and repeats_back(
+                        buf, period, batch_start, batch_end, lineless):
+                    periods.append(period)
             end = first - 1 + g
 
     def _earliest(self, n0: int, n1: int, period: int,
@@ -727,6 +827,13 @@ class CycleDetector:
                     # next step that needs it. One comparison, not the run's measuring (a
                     # flood's anchor recurs at every shift of an older flood: ~170 periods
                     # a step in lines of a's growing by one, each measured).
+                    dead_from = self._batch_end - base - need
+                    if dead_from < lo and buf[dead_from:lo] != buf[
+                            dead_from - period : lo - period]:
+                        # A mismatch this late leaves every later window of the batch a run
+                        # too short: the period is done with for the batch (counter-cycle's
+                        # batches span eight deltas of 64 characters, each judged it again).
+                        self._dead.append(period)
                     return None, 0, 0
             run = _match_run_back(buf, lo, period, cap)
         repeats = lo >= period and buf[lo:hi] == buf[lo - period : hi - period]
