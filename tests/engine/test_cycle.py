@@ -329,16 +329,28 @@ def test_staircases_match_brute_force_at_every_split(seed: int) -> None:
     # shape is judged; the shifts older lines offer are kept only where the windows of the
     # batch (the short step's, or the long one's) repeat what their least run reaches.
     rng = random.Random(4000 + seed)
-    text = _staircase_text(rng)
+    _assert_split_or_not_trips_as_brute_force(
+        _staircase_text(rng), rng, three_copies=(0, 16, 20, 33), two_copies=(0, 10, 40),
+        pools=(0, 0, 30), blank_tables=(0,))
+
+
+def _assert_split_or_not_trips_as_brute_force(
+        text: str, rng: random.Random, *, three_copies: tuple[int, ...],
+        two_copies: tuple[int, ...], pools: tuple[int, ...],
+        blank_tables: tuple[int, ...]) -> None:
+    """``text`` on a channel and under small settings drawn from ``rng`` (the spans, copies
+    and pools from the choices given), by a detector whose periods are split in two or not,
+    trips where the brute force does at each split."""
     channel = rng.choice(["text", "reasoning", "reasoning"])
     cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
                       min_span_reasoning=rng.choice([16, 24, 48, 64]),
-                      three_copies_reasoning=rng.choice([0, 16, 20, 33]),
-                      two_copies_reasoning=rng.choice([0, 10, 40]),
-                      two_copies_pool_reasoning=rng.choice([0, 0, 30]),
+                      three_copies_reasoning=rng.choice(three_copies),
+                      two_copies_reasoning=rng.choice(two_copies),
+                      two_copies_pool_reasoning=rng.choice(pools),
                       min_span_code=rng.choice([40, 64]), min_distinct=rng.choice([1, 2, 3]),
-                      blank_table_copies=0, code_copies=rng.choice([0, 5]),
-                      past_two_copies=rng.choice([2, 8]),
+                      blank_table_copies=(rng.choice(blank_tables) if len(blank_tables) > 1
+                                          else blank_tables[0]),
+                      code_copies=rng.choice([0, 5]), past_two_copies=rng.choice([2, 8]),
                       one_line_code_copies=rng.choice([0, 4]))
     kind = rng.choice([CycleDetector, _SplitEarly])
     _assert_trips_as_brute_force(lambda: kind(cfg, channel),  # type: ignore[arg-type]
@@ -381,20 +393,9 @@ def test_padded_rows_match_brute_force_at_every_split(seed: int) -> None:
     # flood's vouching holds for the rest of its batch once the flood has ended; and inside a
     # flat flood only a shift that repeats the character before it can count.
     rng = random.Random(5000 + seed)
-    text = _padded_rows_text(rng)
-    channel = rng.choice(["text", "reasoning", "reasoning"])
-    cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
-                      min_span_reasoning=rng.choice([16, 24, 48, 64]),
-                      three_copies_reasoning=rng.choice([0, 16, 33]),
-                      two_copies_reasoning=rng.choice([0, 10, 20]),
-                      two_copies_pool_reasoning=rng.choice([0, 30, 64]),
-                      min_span_code=rng.choice([40, 64]), min_distinct=rng.choice([1, 2, 3]),
-                      blank_table_copies=rng.choice([0, 3]), code_copies=rng.choice([0, 5]),
-                      past_two_copies=rng.choice([2, 8]),
-                      one_line_code_copies=rng.choice([0, 4]))
-    kind = rng.choice([CycleDetector, _SplitEarly])
-    _assert_trips_as_brute_force(lambda: kind(cfg, channel),  # type: ignore[arg-type]
-                                 text, cfg, channel, (1, 4, 7, 64), rng)
+    _assert_split_or_not_trips_as_brute_force(
+        _padded_rows_text(rng), rng, three_copies=(0, 16, 33), two_copies=(0, 10, 20),
+        pools=(0, 30, 64), blank_tables=(0, 3))
 
 
 # The defaults, and small odd settings under which spans differ by one character (a code
