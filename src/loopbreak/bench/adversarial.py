@@ -184,7 +184,7 @@ def engine_inputs(scale: float = 1.0, seed: int = 7) -> list[EngineInput]:
         ("SQL inserts", "INSERT INTO t VALUES (17, '48213', 0.4821); one row a line",
          sql_inserts(size(1_000_000)), 0),
         # A cell's padding recurs in every older row's: each shift of an anchor in it was a
-        # candidate judged at every delta (0.17-0.46 M chars/s on reasoning).
+        # candidate judged at every delta (0.19-0.32 M chars/s on reasoning).
         ("padded tables", "table rows, cells padded with spaces to 12, 20, 60 or 250",
          padded_tables(size(1_000_000)), 0),
     ]

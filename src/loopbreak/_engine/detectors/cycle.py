@@ -722,12 +722,15 @@ class CycleDetector:
         """The least run a window of ``period`` ending in the batch (``batch_start`` to
         ``batch_end``, buffer positions) needs: the pool's least when a unit there could be a
         pool of lines, else a unit's without it. A qualifying unit repeats the one before it,
-        so its line breaks are counted in text already read.
+        so its line breaks are counted there, in text already read (a period shorter than the
+        batch could find that stretch unread: the pool's least then).
 
         A unit of a padded table row (a cell of 250 spaces) is no pool: at the pool's least
         (two copies) the windows of a batch reach back only into the cell's spaces, and every
         shift that lands in an older row's cell was kept as a candidate and judged by each
         delta (0.3 M chars/s); with the third copy they reach the cell's text."""
+        if batch_end - period > len(buf):
+            return self._least_needs[period - 1]
         lines = buf.count("\n", max(0, batch_start - 2 * period), max(0, batch_end - period))
         if lines < POOL_LINES:
             return self._lineless_needs[period - 1]
@@ -771,9 +774,9 @@ class CycleDetector:
             shortest, longest = rel - q, rel - first
             # No unit of this flood's shifts is a pool when their text holds too few line
             # breaks for one (asked once for them all; a padded table cell's shifts).
-            lineless = reaching_lineless < reaching_pool and buf.count(
-                "\n", max(0, batch_start - 2 * longest), max(0, batch_end - shortest)
-            ) < POOL_LINES
+            lineless = (reaching_lineless < reaching_pool and batch_end - shortest <= len(buf)
+                        and buf.count("\n", max(0, batch_start - 2 * longest),
+                                      max(0, batch_end - shortest)) < POOL_LINES)
             reaching = reaching_lineless if lineless else reaching_pool
             for period in range(shortest, min(longest + 1, reaching), nearest):
                 if repeats_back(buf, period, batch_start, batch_end, lineless):
