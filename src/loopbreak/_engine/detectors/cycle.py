@@ -729,12 +729,20 @@ class CycleDetector:
         (two copies) the windows of a batch reach back only into the cell's spaces, and every
         shift that lands in an older row's cell was kept as a candidate and judged by each
         delta (0.3 M chars/s); with the third copy they reach the cell's text."""
-        if batch_end - period > len(buf):
-            return self._least_needs[period - 1]
-        lines = buf.count("\n", max(0, batch_start - 2 * period), max(0, batch_end - period))
-        if lines < POOL_LINES:
+        if self._no_pool(buf, period, period, batch_start, batch_end):
             return self._lineless_needs[period - 1]
         return self._least_needs[period - 1]
+
+    @staticmethod
+    def _no_pool(buf: str, shortest: int, longest: int, batch_start: int,
+                 batch_end: int) -> bool:
+        """Whether no unit of a period from ``shortest`` to ``longest`` qualifying in the
+        batch can be a pool of lines: the text its earlier copy lies in, all received, holds
+        too few line breaks for one."""
+        if batch_end - shortest > len(buf):
+            return False
+        return buf.count("\n", max(0, batch_start - 2 * longest),
+                         max(0, batch_end - shortest)) < POOL_LINES
 
     def _older_floods(self, periods: list[int], buf: str, anchor: str, rel: int, half: int,
                       step: int, low: int, end: int, nearest: int, broken: int) -> None:
@@ -774,9 +782,8 @@ class CycleDetector:
             shortest, longest = rel - q, rel - first
             # No unit of this flood's shifts is a pool when their text holds too few line
             # breaks for one (asked once for them all; a padded table cell's shifts).
-            lineless = (reaching_lineless < reaching_pool and batch_end - shortest <= len(buf)
-                        and buf.count("\n", max(0, batch_start - 2 * longest),
-                                      max(0, batch_end - shortest)) < POOL_LINES)
+            lineless = reaching_lineless < reaching_pool and self._no_pool(
+                buf, shortest, longest, batch_start, batch_end)
             reaching = reaching_lineless if lineless else reaching_pool
             for period in range(shortest, min(longest + 1, reaching), nearest):
                 if repeats_back(buf, period, batch_start, batch_end, lineless):
