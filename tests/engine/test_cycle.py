@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopbreak import CycleConfig, CycleDetector
-from loopbreak._engine.detectors.cycle import _match_run_back, is_numeric_data
+from loopbreak._engine.detectors.cycle import _match_run_back, _RunStarts, is_numeric_data
 from loopbreak._engine.rotations import RotationVerdicts
 from loopbreak._engine.shape import POOL_LINES, unit_looks_like_code
 from support import feed_pieces, first_trip, hard_negatives, split_fixed, split_random
@@ -406,6 +407,19 @@ _VOUCH_CONFIGS = [CycleConfig(), CycleConfig(
     code_copies=5, one_line_code_copies=4)]
 
 
+@pytest.mark.parametrize("cfg", _VOUCH_CONFIGS)
+@pytest.mark.parametrize("channel", ["text", "reasoning"])
+def test_a_unit_that_is_no_pool_never_needs_less_than_a_pool(cfg: CycleConfig,
+                                                             channel: str) -> None:
+    # A shift whose windows do not repeat the pool's least run is left out without counting
+    # line breaks: sound only while the run without a pool is never the shorter.
+    detector = CycleDetector(cfg, channel)  # type: ignore[arg-type]
+    pooled = [p + 1 for p, (pool, lineless) in enumerate(
+        zip(detector._least_needs, detector._lineless_needs, strict=True)) if pool != lineless]
+    assert all(detector._least_needs[p - 1] < detector._lineless_needs[p - 1] for p in pooled)
+    assert pooled or channel == "text"  # the reasoning channel lets pools off with less
+
+
 @given(st.text(alphabet="0123456789 ,.:;|\nab(x)", min_size=1, max_size=40),
        st.integers(2, 9), st.sampled_from(["text", "reasoning"]), st.sampled_from(_VOUCH_CONFIGS))
 @example("f(x);", 2, "reasoning", _VOUCH_CONFIGS[1])
@@ -445,6 +459,45 @@ def test_a_run_back_is_measured_to_the_character(text: str, end: int, period: in
             text[end - run - 1] == text[end - run - 1 - period]:
         run += 1
     assert _match_run_back(text, end, period, cap) == run
+
+
+@settings(max_examples=400)
+@given(st.lists(st.text(alphabet="aab \n", max_size=40), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4), st.integers(0, 60)),
+                max_size=12),
+       st.integers(20, 200))
+# A run cut at its cap is no start: asked again with a larger cap, it is measured anew.
+@example(["aaaaaaaaaa"], [(0, 1, 3), (0, 1, 60)], 100)
+# A start learnt still leaves the answer at most the cap asked for.
+@example(["baaaaaaaaa"], [(0, 1, 60), (0, 1, 3)], 100)
+def test_run_starts_answer_as_a_fresh_measure_does(pieces: list[str],
+                                                    queries: list[tuple[int, int, int]],
+                                                    keep: int) -> None:
+    # The buffer grows a piece at a time and forgets its oldest text as cycle's does; each
+    # piece is followed by measures ending anywhere in it, in any order, few periods so
+    # that runs are met again (answered from what was learnt, or by extending it).
+    starts = _RunStarts()
+    buf, base = "", 0
+    for piece in pieces:
+        if len(buf) > 2 * keep:
+            cut = len(buf) - keep
+            buf, base = buf[cut:], base + cut
+        buf += piece
+        for back, period, cap in queries:
+            end = max(0, len(buf) - back)
+            assert starts.run_back(buf, base, end, period, cap) == _match_run_back(
+                buf, end, period, cap)
+
+
+def test_run_starts_forget_the_oldest_runs_not_the_answers() -> None:
+    # More floods of one period than a period keeps: the oldest are forgotten, and each
+    # is measured again when asked for, to the same answer.
+    starts = _RunStarts()
+    buf = "".join("x" * (5 + k % 7) + f"|{k}|" for k in range(300))
+    ends = [m.end() for m in re.finditer("x+", buf)]
+    for end in ends + ends[::-1]:
+        assert starts.run_back(buf, 0, end, 1, 10_000) == _match_run_back(buf, end, 1, 10_000)
+    assert len(starts._by_period[1][0]) <= _RunStarts._KEEP
 
 
 class _OneSearch(CycleDetector):

@@ -168,6 +168,76 @@ def _match_run_back(buf: str, end: int, period: int, cap: int) -> int:
     return low
 
 
+class _RunStarts:
+    """Where the match runs of each period measured so far start, in stream positions: a
+    run that ended short of its cap met a character unequal to the one a period before it,
+    a fact of the text that no later character changes. A later measure that ends inside
+    such a run, or just past it with the characters since repeating too, is answered from
+    the start without measuring again (each batch in a staircase of digit lines measured
+    every older line's run anew: a quarter of the rule's cost there)."""
+
+    __slots__ = ("_by_period",)
+
+    # How far past a known run's end a measure may lie and still be answered by comparing
+    # what lies between (a few steps; a comparison that fails costs a copy of that much,
+    # and the run is then measured as usual).
+    _REACH = 1024
+    # Runs a period keeps before the oldest half is forgotten (a buffer holds a few dozen
+    # floods of one period).
+    _KEEP = 64
+
+    def __init__(self) -> None:
+        self._by_period: dict[int, tuple[list[int], list[int]]] = {}
+
+    def clear(self) -> None:
+        self._by_period.clear()
+
+    def run_back(self, buf: str, base: int, end: int, period: int, cap: int) -> int:
+        """``_match_run_back(buf, end, period, cap)`` for ``buf`` starting at stream position
+        ``base``."""
+        high = min(cap, end - period)
+        if high <= 0:
+            return 0
+        at = end + base
+        known = self._by_period.get(period)
+        if known is not None:
+            starts, ends = known
+            i = bisect_right(starts, at) - 1
+            if i >= 0:
+                start, known_end = starts[i], ends[i]
+                if at <= known_end:
+                    return at - start if at - start < high else high
+                past = known_end - base
+                if at - known_end <= self._REACH and past >= period and \
+                        buf[past] == buf[past - period] and \
+                        buf[past:end] == buf[past - period : end - period]:
+                    ends[i] = at
+                    return at - start if at - start < high else high
+        run = _match_run_back(buf, end, period, cap)
+        if run < high:
+            self._learn(period, at - run, at, base)
+        return run
+
+    def _learn(self, period: int, start: int, end: int, base: int) -> None:
+        known = self._by_period.get(period)
+        if known is None:
+            self._by_period[period] = ([start], [end])
+            return
+        starts, ends = known
+        i = bisect_right(starts, start)
+        if i and starts[i - 1] == start:
+            if end > ends[i - 1]:
+                ends[i - 1] = end
+            return
+        starts.insert(i, start)
+        ends.insert(i, end)
+        if len(starts) > self._KEEP:
+            # A run ending before the buffer starts is never measured again, and the oldest
+            # are the next to fall behind it: forgetting one costs a measure, never a result.
+            drop = max(bisect_right(ends, base), len(starts) - self._KEEP // 2)
+            del starts[:drop], ends[:drop]
+
+
 class CycleDetector:
     """Periodic tail of one channel, judged exactly at every character."""
 
@@ -204,6 +274,8 @@ class CycleDetector:
         # same candidate periods step after step, and their runs only grow.
         self._runs: dict[int, int] = {}
         self._next_runs: dict[int, int] = {}
+        # Where older floods' runs start, so each batch does not measure them again.
+        self._run_starts = _RunStarts()
         # Where a unit of each period was last judged not to count: later windows are
         # rotations of it while the run reaches back there, and every rule that accepts a
         # unit gives all its rotations (and repetitions) the same verdict.
@@ -425,6 +497,7 @@ class CycleDetector:
         self._long = None
         self._runs.clear()
         self._next_runs.clear()
+        self._run_starts.clear()
         self._rejected.clear()
         self._accepted.clear()
         self._multiples_upto = 0
@@ -672,7 +745,7 @@ class CycleDetector:
             # that shift's multiples (an anchor two shifts long can match at no other shift
             # there), so they are listed without searching for each.
             nearest = rel - q
-            run = _match_run_back(buf, rel + g, nearest, rel + g - low)
+            run = self._run_starts.run_back(buf, self._base, rel + g, nearest, rel + g - low)
             start = max(low, rel + g - run - nearest)
             upto = (rel - start) // nearest * nearest
             first = -(-shortest // nearest) * nearest
@@ -711,10 +784,21 @@ class CycleDetector:
         batch's end to just after its start repeats with ``period``: every window ending in
         the batch holds that much of its run (buffer positions)."""
         need = self._least_needs[period - 1]
-        if need != self._lineless_needs[period - 1]:
-            need = (self._lineless_needs[period - 1] if lineless
-                    else self._batch_need(buf, period, batch_start, batch_end))
         c = batch_end - need
+        if c < period:
+            return False
+        lineless_need = self._lineless_needs[period - 1]
+        if need != lineless_need:
+            # A unit's own least is never shorter than the pool's: when even the pool's run
+            # does not repeat (inside the batch's start), the longer one cannot either, and
+            # the line breaks need not be counted (most long shifts of a batch in a padded
+            # table's cell of spaces, each counting a few thousand characters).
+            if c < batch_start and (buf[c] != buf[c - period] or buf[c:batch_start] != buf[
+                    c - period : batch_start - period]):
+                return False
+            need = (lineless_need if lineless
+                    else self._batch_need(buf, period, batch_start, batch_end))
+            c = batch_end - need
         return c >= period and buf[c] == buf[c - period] and buf[c:batch_start] == buf[
             c - period : batch_start - period]
 
@@ -759,6 +843,7 @@ class CycleDetector:
         g = len(anchor)
         least_from, lineless_from = self._least_from, self._lineless_from
         repeats_back = self._repeats_back
+        run_back, base = self._run_starts.run_back, self._base
         # Windows of this batch end within a step of its end (``half`` after the anchor
         # starts) and need at least their period's least run, longer than a step: every one
         # compares the characters from that run's length before the batch's end to just
@@ -777,7 +862,7 @@ class CycleDetector:
             q = buf.rfind(anchor, low, end)
             if q < 0:
                 return
-            older = _match_run_back(buf, q + g, nearest, q + g - low)
+            older = run_back(buf, base, q + g, nearest, q + g - low)
             first = q - (q - max(low, q + g - older - nearest)) // nearest * nearest
             shortest, longest = rel - q, rel - first
             # No unit of this flood's shifts is a pool when their text holds too few line
