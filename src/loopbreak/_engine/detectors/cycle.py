@@ -789,10 +789,11 @@ class CycleDetector:
             return False
         lineless_need = self._lineless_needs[period - 1]
         if need != lineless_need:
-            # A unit's own least is never shorter than the pool's: when even the pool's run
-            # does not repeat (inside the batch's start), the longer one cannot either, and
-            # the line breaks need not be counted (most long shifts of a batch in a padded
-            # table's cell of spaces, each counting a few thousand characters).
+            # A unit's own least is never shorter than the pool's: where the stretch the
+            # pool's reaches (up to the batch's start) does not repeat, the longer one's
+            # cannot either, and the line breaks need not be counted (most long shifts of a
+            # batch in a padded table's cell of spaces, each counting a few thousand
+            # characters).
             if c < batch_start and (buf[c] != buf[c - period] or buf[c:batch_start] != buf[
                     c - period : batch_start - period]):
                 return False
