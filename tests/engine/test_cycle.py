@@ -349,6 +349,8 @@ def _assert_split_or_not_trips_as_brute_force(
                       two_copies_reasoning=rng.choice(two_copies),
                       two_copies_pool_reasoning=rng.choice(pools),
                       min_span_code=rng.choice([40, 64]), min_distinct=rng.choice([1, 2, 3]),
+                      # One choice draws nothing: the staircase seeds keep the texts and
+                      # settings they drew before the two tests shared this helper.
                       blank_table_copies=(rng.choice(blank_tables) if len(blank_tables) > 1
                                           else blank_tables[0]),
                       code_copies=rng.choice([0, 5]), past_two_copies=rng.choice([2, 8]),
