@@ -941,3 +941,137 @@ def test_a_detector_built_from_kept_settings_is_the_one_worked_out_afresh() -> N
         for b in kept:
             if settings(a) != settings(b):
                 assert a._needs is not b._needs
+
+
+# --- the compiled listing (loopbreak[fast]) ----------------------------------------------
+
+
+@pytest.fixture
+def kernels() -> Any:
+    pytest.importorskip("numba", reason="the compiled listing needs numba (loopbreak[fast])")
+    from loopbreak._engine import accelerator
+
+    module = accelerator.kernels()
+    assert module is not None
+    return module
+
+
+def _listing_both_ways(kind: type[CycleDetector]) -> type[CycleDetector]:
+    """``kind`` listing every batch's candidates with the kernels and in Python, asserting
+    they agree and counting the listings the kernels made; it goes on with Python's."""
+
+    class Both(kind):  # type: ignore[misc,valid-type]
+        listed = 0  # listings the kernels made, in every detector of the class
+
+        def _recurrences(self, *args: Any) -> tuple[list[int], int]:
+            fast = super()._recurrences(*args)
+            self._compiled = False
+            try:
+                pure = super()._recurrences(*args)
+            finally:
+                self._compiled = True
+            assert fast == pure, args
+            return pure  # type: ignore[no-any-return]
+
+        def _candidate_periods(self) -> list[int]:
+            long = self._long
+            fast = super()._candidate_periods()
+            self._compiled, self._long = False, long
+            try:
+                pure = super()._candidate_periods()
+            finally:
+                self._compiled = True
+            assert fast == pure
+            return pure  # type: ignore[no-any-return]
+
+    return Both
+
+
+def _count_kernel_calls(kernels: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = {"cycle_flood_periods": 0, "cycle_long_periods": 0}
+    for name in calls:
+        real = getattr(kernels, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_compiled_listing_lists_what_python_lists(seed: int, kernels: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A flood's shifts and the long periods, listed by the kernels over an ASCII buffer, are
+    # the periods the Python lists, batch by batch (not only where a trip shows it), and a
+    # compiled detector trips where a pure one and the brute force do, at every split.
+    calls = _count_kernel_calls(kernels, monkeypatch)
+    rng = random.Random(6000 + seed)
+    text = (_padded_rows_text(rng) + _flood_lines_text(rng) + _staircase_text(rng))
+    channel = rng.choice(["text", "reasoning"])
+    cfg = CycleConfig(max_period=rng.choice([30, 64]), min_span_text=rng.choice([16, 24, 40]),
+                      min_span_reasoning=rng.choice([16, 24, 48]),
+                      three_copies_reasoning=rng.choice([0, 16, 33]),
+                      two_copies_reasoning=rng.choice([0, 10, 40]),
+                      two_copies_pool_reasoning=rng.choice([0, 30, 64]),
+                      min_span_code=64, min_distinct=rng.choice([1, 2, 3]),
+                      blank_table_copies=rng.choice([0, 3]), code_copies=rng.choice([0, 5]),
+                      one_line_code_copies=0)
+    both = _listing_both_ways(_SplitEarly)
+    for pieces in (split_fixed(text, 1), split_fixed(text, 7), split_random(text, rng)):
+        detector = both(cfg, channel, compiled=True)
+        assert detector._compiled
+        for piece in pieces:
+            if detector.feed(piece) is not None:
+                detector.reset()  # judged on past the trip: every batch's listing compared
+    assert calls["cycle_flood_periods"] > 0
+    span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
+    expected = brute_force(text, cfg, span, channel)
+    for size in (1, 64):
+        trip, _ = feed_pieces(_SplitEarly(cfg, channel, compiled=True),  # type: ignore[arg-type]
+                              split_fixed(text, size))
+        assert (None if trip is None else (trip.at, trip.evidence["period"])) == expected
+
+
+@pytest.mark.parametrize("channel", ["reasoning", "text"])
+@pytest.mark.parametrize("name", ["padded tables", "staircase", "indented lines", "triangle",
+                                  "SQL inserts", "1-char flood", "CJK"])
+def test_the_compiled_listing_lists_what_python_lists_at_the_defaults(
+        name: str, channel: str, kernels: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bench's adversarial inputs under the default settings (both variants), where the
+    # long periods are filtered by the kernel too; a buffer with a character past ASCII
+    # (CJK) is listed in Python.
+    from loopbreak._engine.detectors.counter_cycle import CounterCycleDetector
+    from loopbreak.bench.adversarial import engine_inputs
+
+    calls = _count_kernel_calls(kernels, monkeypatch)
+    text = "".join(next(i for i in engine_inputs(0.03) if i.name == name).deltas)
+    for kind in (CycleDetector, CounterCycleDetector):
+        both = _listing_both_ways(kind)
+        detector = both(channel=channel, compiled=True)  # type: ignore[call-arg]
+        assert detector._compiled
+        for piece in split_fixed(text, 64):
+            if detector.feed(piece) is not None:
+                detector.reset()
+    if name == "CJK":
+        assert calls == {"cycle_flood_periods": 0, "cycle_long_periods": 0}
+    elif name != "SQL inserts":  # its anchors recur, but in no flood
+        assert calls["cycle_flood_periods"] > 0
+    if name in ("padded tables", "staircase"):
+        assert calls["cycle_long_periods"] > 0
+
+
+def test_a_detector_lists_in_python_unless_built_compiled_with_the_kernels_loaded(
+        kernels: Any) -> None:
+    from loopbreak import Config
+    from loopbreak._engine.call_guard import build_detectors
+    from loopbreak._engine.detectors.counter_cycle import CounterCycleDetector
+
+    def cycles(config: Config) -> list[bool]:
+        return [d._compiled for d in build_detectors("reasoning", config)
+                if isinstance(d, (CycleDetector, CounterCycleDetector))]
+
+    assert cycles(Config()) == [True, True]
+    assert cycles(Config().replace(**{"judging.compiled": "off"})) == [False, False]
+    assert not CycleDetector()._compiled

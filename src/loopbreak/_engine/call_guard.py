@@ -56,10 +56,11 @@ def _detector_makers(channel: Channel, config: Config) -> list[Callable[[], Dete
     elif config.degeneracy.enabled and config.degeneracy.on_text:
         makers.append(partial(DegeneracyDetector, config.degeneracy, channel))
     if config.cycle.max_period:
-        makers.append(partial(CycleDetector, config.cycle, channel))
+        compiled = config.judging.compiled != "off"
+        makers.append(partial(CycleDetector, config.cycle, channel, compiled=compiled))
         if config.counter_cycle.enabled:
             makers.append(partial(CounterCycleDetector, config.counter_cycle, config.cycle,
-                                  channel))
+                                  channel, compiled=compiled))
     if config.char_run.max_run:
         makers.append(partial(CharRunDetector, config.char_run, channel))
     if config.char_flood.enabled:

@@ -940,6 +940,268 @@ def ascii_words(text: str, hex_run: int) -> str | None:
     return out[:written].tobytes().decode("ascii")
 
 
+# --- cycle's candidate listing ------------------------------------------------------------
+# The shifts at which a batch's anchor recurs, as ``CycleDetector._recurrences`` lists them
+# (the reference), over the buffer's code points. Positions are the buffer's; every index
+# the Python reads lies inside it, so the kernels read no further.
+
+_NEWLINE = 10
+_NO_ROOM = -1  # the periods' array is too short (never: each is listed once)
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _anchor_shifts(points: Any, rel: int, g: int) -> Any:
+    """For each byte, how far back the search for the anchor at ``rel`` may move when the
+    text under the anchor's first character is that byte: the least ``k`` >= 1 at which the
+    anchor holds it, or ``g`` (a backward Horspool table; an anchor in a flood of spaces is
+    then passed over a cell's text ``g`` characters at a time)."""
+    shifts = np.full(256, g, dtype=np.int64)
+    for k in range(g - 1, 0, -1):
+        shifts[points[rel + k]] = k
+    return shifts
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _anchor_rfind(points: Any, n: int, shifts: Any, rel: int, g: int, low: int,
+                  end: int) -> int:
+    """``buf.rfind(buf[rel : rel + g], low, end)`` for ``low``, ``end`` >= 0 (``shifts``:
+    :func:`_anchor_shifts` of the anchor)."""
+    if end > n:
+        end = n
+    q = end - g
+    while q >= low:
+        k = 0
+        while k < g and points[q + k] == points[rel + k]:
+            k += 1
+        if k == g:
+            return q
+        q -= shifts[points[q]]
+    return -1
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _run_back(points: Any, end: int, period: int, cap: int) -> int:
+    """``_match_run_back``: characters before ``end`` equal to the one ``period`` before."""
+    high = min(cap, end - period)
+    run = 0
+    while run < high and points[end - 1 - run] == points[end - 1 - run - period]:
+        run += 1
+    return run
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _repeats(points: Any, start: int, stop: int, period: int) -> bool:
+    """``buf[start:stop] == buf[start - period : stop - period]`` (``stop`` within the
+    buffer, ``start - period`` >= 0)."""
+    for i in range(start, stop):  # noqa: SIM110 (numba compiles no generator into all())
+        if points[i] != points[i - period]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _no_pool(points: Any, n: int, shortest: int, longest: int, batch_start: int,
+             batch_end: int, pool_lines: int) -> bool:
+    """``CycleDetector._no_pool``."""
+    if batch_end - shortest > n:
+        return False
+    # Counted to the end, not stopped at ``pool_lines``: a loop without an exit is read many
+    # characters at a time (most of the range holds no line break at all).
+    lines = 0
+    for i in range(max(0, batch_start - 2 * longest), min(n, max(0, batch_end - shortest))):
+        lines += points[i] == _NEWLINE
+    return lines < pool_lines
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _repeats_back(points: Any, n: int, period: int, batch_start: int, batch_end: int,
+                  lineless: bool, least_needs: Any, lineless_needs: Any,
+                  pool_lines: int) -> bool:
+    """``CycleDetector._repeats_back``, reading each character once: where the pool's
+    stretch repeats, a unit's own longer one is compared only where it reaches further."""
+    need = least_needs[period - 1]
+    c = batch_end - need
+    if c < period:
+        return False
+    lineless_need = lineless_needs[period - 1]
+    checked = batch_start  # from here to the batch's start repeats (nothing yet)
+    if need != lineless_need:
+        if c < batch_start:
+            if points[c] != points[c - period] or not _repeats(points, c, batch_start, period):
+                return False
+            checked = c
+        if lineless or _no_pool(points, n, period, period, batch_start, batch_end, pool_lines):
+            need = lineless_need
+        c = batch_end - need
+    return c >= period and points[c] == points[c - period] and _repeats(
+        points, c, checked if c <= checked else batch_start, period)
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def _older_floods(points: Any, n: int, out: Any, count: int, rel: int, g: int, half: int,
+                  step: int, low: int, end: int, nearest: int, broken: int,
+                  least_needs: Any, lineless_needs: Any, least_from: Any,
+                  lineless_from: Any, pool_lines: int) -> int:
+    """``CycleDetector._older_floods``: the count of ``out`` after it (or ``_NO_ROOM``)."""
+    batch_end = rel + half
+    batch_start = batch_end - step + 1
+    must_repeat = batch_end - broken
+    mark = points[broken]
+    shifts = _anchor_shifts(points, rel, g)
+    reaching_pool = np.searchsorted(least_from, must_repeat) + 1
+    reaching_lineless = np.searchsorted(lineless_from, must_repeat) + 1
+    while end - low >= g:
+        q = _anchor_rfind(points, n, shifts, rel, g, low, end)
+        if q < 0:
+            return count
+        older = _run_back(points, q + g, nearest, q + g - low)
+        first = q - (q - max(low, q + g - older - nearest)) // nearest * nearest
+        shortest = rel - q
+        longest = rel - first
+        lineless = reaching_lineless < reaching_pool and _no_pool(
+            points, n, shortest, longest, batch_start, batch_end, pool_lines)
+        reaching = reaching_lineless if lineless else reaching_pool
+        for period in range(shortest, min(longest + 1, reaching), nearest):
+            if _repeats_back(points, n, period, batch_start, batch_end, lineless,
+                             least_needs, lineless_needs, pool_lines):
+                if count == out.shape[0]:
+                    return _NO_ROOM
+                out[count] = period
+                count += 1
+        lowest = max(shortest, reaching)
+        x = broken - lowest + 1
+        floor = max(0, broken - longest)
+        while longest >= lowest and x > 0:
+            x -= 1
+            while x >= floor and points[x] != mark:
+                x -= 1
+            if x < floor:
+                break
+            period = broken - x
+            if (period - shortest) % nearest == 0 and _repeats_back(
+                    points, n, period, batch_start, batch_end, lineless, least_needs,
+                    lineless_needs, pool_lines):
+                if count == out.shape[0]:
+                    return _NO_ROOM
+                out[count] = period
+                count += 1
+        end = first - 1 + g
+    return count
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def cycle_flood(points: Any, rel: int, g: int, half: int, step: int, shortest: int,
+                longest: int, q: int, least_needs: Any, lineless_needs: Any, least_from: Any,
+                lineless_from: Any, pool_lines: int) -> Any:
+    """The rest of ``CycleDetector._recurrences`` once the anchor at ``rel`` was found to
+    repeat within itself at ``q`` (its flood branch): the periods, how many (``_NO_ROOM``:
+    too many for the array), and how far they are the nearest's multiples."""
+    n = len(points)
+    out = np.empty(longest + 1, dtype=np.int64)
+    low = max(0, rel - longest)
+    end = rel - shortest + g
+    count = 0
+    nearest = rel - q
+    run = _run_back(points, rel + g, nearest, rel + g - low)
+    start = max(low, rel + g - run - nearest)
+    upto = (rel - start) // nearest * nearest
+    first = -(-shortest // nearest) * nearest
+    for period in range(first, upto + 1, nearest):
+        if count == out.shape[0]:
+            return out, _NO_ROOM, 0
+        out[count] = period
+        count += 1
+    if count == 0:
+        upto = 0
+    end = min(end, start - 1 + g)
+    if end - low >= g:
+        count = _older_floods(points, n, out, count, rel, g, half, step, low, end, nearest,
+                              start - 1, least_needs, lineless_needs, least_from,
+                              lineless_from, pool_lines)
+    return out, count, upto
+
+
+@numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
+def cycle_long_kept(points: Any, periods: Any, rel: int, g: int, batch_start: int,
+                    batch_end: int, least_needs: Any, lineless_needs: Any,
+                    pool_lines: int) -> Any:
+    """Those of ``periods`` at which the anchor at ``rel`` recurs and whose windows repeat
+    back (``CycleDetector._candidate_periods``' filter of the long periods), in order."""
+    n = len(points)
+    kept = np.empty(periods.shape[0], dtype=np.int64)
+    count = 0
+    for i in range(periods.shape[0]):
+        period = periods[i]
+        at = rel - period
+        if at < 0:  # as str.startswith reads a negative start
+            at = max(0, at + n)
+        if at + g > n or not _repeats(points, rel, rel + g, rel - at):
+            continue
+        if _repeats_back(points, n, period, batch_start, batch_end, False, least_needs,
+                         lineless_needs, pool_lines):
+            kept[count] = period
+            count += 1
+    return kept[:count]
+
+
+class CycleTables:
+    """A cycle setting's least runs by period, as arrays for the kernels."""
+
+    __slots__ = ("least_from", "least_needs", "lineless_from", "lineless_needs")
+
+    def __init__(self, least_needs: list[int], lineless_needs: list[int],
+                 least_from: list[int], lineless_from: list[int]) -> None:
+        self.least_needs = np.array(least_needs, dtype=np.int64)
+        self.lineless_needs = np.array(lineless_needs, dtype=np.int64)
+        self.least_from = np.array(least_from, dtype=np.int64)
+        self.lineless_from = np.array(lineless_from, dtype=np.int64)
+
+
+_CYCLE_TABLES: dict[int, tuple[list[int], CycleTables]] = {}
+
+
+def cycle_tables(least_needs: list[int], lineless_needs: list[int], least_from: list[int],
+                 lineless_from: list[int]) -> CycleTables:
+    """The arrays of one setting, found by the list its detectors share (held here, so its
+    id stays its own): a detector is built for every call, the arrays once."""
+    found = _CYCLE_TABLES.get(id(least_needs))
+    if found is not None and found[0] is least_needs:
+        return found[1]
+    if len(_CYCLE_TABLES) >= 16:  # a sweep over many settings
+        _CYCLE_TABLES.clear()
+    tables = CycleTables(least_needs, lineless_needs, least_from, lineless_from)
+    _CYCLE_TABLES[id(least_needs)] = (least_needs, tables)
+    return tables
+
+
+def _ascii_points(buf: str) -> Any:
+    """An ASCII buffer's bytes as an array (a copy of ~10 kB: ~1 us, a tenth of a flood's
+    listing in Python)."""
+    return np.frombuffer(buf.encode("ascii"), dtype=np.uint8)
+
+
+def cycle_flood_periods(buf: str, rel: int, g: int, half: int, step: int, shortest: int,
+                        longest: int, q: int, tables: CycleTables,
+                        pool_lines: int) -> tuple[list[int], int] | None:
+    """:func:`cycle_flood` over an ASCII buffer: the periods and how far they are the
+    nearest's multiples (``None``: not listed here)."""
+    out, count, upto = cycle_flood(_ascii_points(buf), rel, g, half, step, shortest, longest,
+                                   q, tables.least_needs, tables.lineless_needs,
+                                   tables.least_from, tables.lineless_from, pool_lines)
+    if count < 0:
+        return None
+    return out[:count].tolist(), upto
+
+
+def cycle_long_periods(buf: str, periods: list[int], rel: int, g: int, batch_start: int,
+                       batch_end: int, tables: CycleTables, pool_lines: int) -> list[int]:
+    """:func:`cycle_long_kept` over an ASCII buffer."""
+    kept = cycle_long_kept(_ascii_points(buf), np.array(periods, dtype=np.int64), rel, g,
+                           batch_start, batch_end, tables.least_needs, tables.lineless_needs,
+                           pool_lines)
+    return kept.tolist()  # type: ignore[no-any-return]
+
+
 def _checked_secret() -> Any:
     """The str hash secret, if the kernel hashes strings as this interpreter does (checked
     on strings of every storage width, a lone surrogate and a hash that could be -1)."""
@@ -983,3 +1245,7 @@ def warm() -> None:
             packed.take("\U0001f600bcd")  # turned wide
     ascii_words("a  b\tc", 8)
     ascii_words("", 0)
+    needs = [2, 3, 4, 5, 6, 7, 8, 9]
+    tables = cycle_tables(needs, needs, needs, needs)
+    cycle_flood_periods("ab\n" + " " * 20 + "cd" + " " * 20, 40, 4, 4, 2, 1, 8, 39, tables, 3)
+    cycle_long_periods(" " * 40, [9, 10], 30, 4, 34, 35, tables, 3)

@@ -153,12 +153,13 @@ class CounterCycleDetector(CycleDetector):
     rule = COUNTER_CYCLE
 
     def __init__(self, config: CounterCycleConfig | None = None,
-                 cycle: CycleConfig | None = None, channel: Channel = "reasoning") -> None:
+                 cycle: CycleConfig | None = None, channel: Channel = "reasoning", *,
+                 compiled: bool = False) -> None:
         cfg = config or CounterCycleConfig()
         span = cfg.min_span_reasoning if channel == "reasoning" else cfg.min_span_text
         self._copies = cfg.min_copies  # read by the span the base class sizes its buffer for
         super().__init__(cycle, channel, min_span=span, max_period=cfg.max_period,
-                         three_copies_span=0)
+                         three_copies_span=0, compiled=compiled)
         self._min_word_share = cfg.min_word_share
         self._words_per_number = cfg.words_per_number
         self._accepts = self._counted_prose

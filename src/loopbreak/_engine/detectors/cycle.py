@@ -101,8 +101,11 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from loopbreak._config import CycleConfig
+from loopbreak._engine import accelerator
 from loopbreak._engine.shape import (
     POOL_LINES,
     is_blank_table,
@@ -111,6 +114,9 @@ from loopbreak._engine.shape import (
 )
 from loopbreak._engine.trip import Channel, Trip
 
+if TYPE_CHECKING:
+    from loopbreak._engine.compiled import CycleTables
+
 CYCLE = "cycle"
 ONE_LINE_MIN_PERIOD = 16
 """Shortest unit that ``one_line_code_copies`` applies to: a shorter one (``0, 0, ``,
@@ -118,6 +124,9 @@ ONE_LINE_MIN_PERIOD = 16
 _ANCHOR_CHARS = 32
 # Nearest periods whose unit may have too few distinct characters to count (checked).
 _FLAT_MOST = 8
+# Long periods a batch filters in Python: calling the kernel costs about as much as
+# filtering a few.
+_LONG_IN_PYTHON = 4
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _ASCII_DIGIT = re.compile(r"[0-9]")
 # The settings a detector derives from its arguments, by class and arguments (a handful per
@@ -249,7 +258,7 @@ class CycleDetector:
 
     def __init__(self, config: CycleConfig | None = None, channel: Channel = "reasoning",
                  min_span: int | None = None, max_period: int | None = None,
-                 three_copies_span: int | None = None) -> None:
+                 three_copies_span: int | None = None, *, compiled: bool = False) -> None:
         cfg = config or CycleConfig()
         key = (type(self), cfg, channel, min_span, max_period, three_copies_span,
                self._variant_key())
@@ -266,6 +275,10 @@ class CycleDetector:
             self.__dict__.update(derived)
         # Which units count (a variant asks more); must not depend on where a unit is rotated.
         self._accepts: Callable[[str], bool] = self._distinct_enough
+        # With ``compiled`` and the kernels loaded, a flood's shifts and the long periods
+        # of an ASCII buffer are listed by a kernel that lists the same (a rule made before
+        # they load stays in Python).
+        self._compiled = compiled and accelerator.loaded() is not None
         self._buf = ""
         self._base = 0
         self._done = 0
@@ -709,9 +722,14 @@ class CycleDetector:
             # recurs in every older row, ~40 long shifts a step in padded table rows).
             batch_end = rel + self._half
             batch_start = batch_end - self._step + 1
-            repeats_back = self._repeats_back
-            longer = [p for p in longer if buf.startswith(anchor, rel - p)
-                      and repeats_back(buf, p, batch_start, batch_end)]
+            if self._compiled and len(longer) > _LONG_IN_PYTHON and buf.isascii():
+                longer = self._kernels().cycle_long_periods(
+                    buf, longer, rel, self._anchor, batch_start, batch_end, self._tables(),
+                    POOL_LINES)
+            else:
+                repeats_back = self._repeats_back
+                longer = [p for p in longer if buf.startswith(anchor, rel - p)
+                          and repeats_back(buf, p, batch_start, batch_end)]
         # A flood's long multiples are judged one by one (a flood is cut within a few
         # steps: listing them as one run of multiples measured no faster).
         return periods + longer if longer else periods
@@ -740,6 +758,11 @@ class CycleDetector:
             q = buf.rfind(anchor, max(low, rel - g // 2), rel - 1 + g) if rel - 1 >= low else -1
             flood = q >= 0
         if flood:
+            if self._compiled and buf.isascii():
+                listed: tuple[list[int], int] | None = self._kernels().cycle_flood_periods(
+                    buf, rel, g, half, step, shortest, longest, q, self._tables(), POOL_LINES)
+                if listed is not None:
+                    return listed
             # The anchor repeats within itself (digits read as 0, a flood): in the stretch
             # before it that repeats with the nearest shift, the anchor recurs exactly at
             # that shift's multiples (an anchor two shifts long can match at no other shift
@@ -776,6 +799,17 @@ class CycleDetector:
             repeats_back = self._repeats_back
             periods = [p for p in periods if repeats_back(buf, p, batch_start, batch_end)]
         return periods, upto
+
+    @staticmethod
+    def _kernels() -> ModuleType:
+        kernels = accelerator.loaded()
+        assert kernels is not None  # loaded before the rule was made, never unloaded
+        return kernels
+
+    def _tables(self) -> CycleTables:
+        """The least runs by period as the kernels read them (one copy per setting)."""
+        return self._kernels().cycle_tables(  # type: ignore[no-any-return]
+            self._least_needs, self._lineless_needs, self._least_from, self._lineless_from)
 
     def _repeats_back(self, buf: str, period: int, batch_start: int, batch_end: int,
                       lineless: bool = False) -> bool:
