@@ -942,8 +942,8 @@ def ascii_words(text: str, hex_run: int) -> str | None:
 
 # --- cycle's candidate listing ------------------------------------------------------------
 # The shifts at which a batch's anchor recurs, as ``CycleDetector._recurrences`` lists them
-# (the reference), over the buffer's code points. Positions are the buffer's; every index
-# the Python reads lies inside it, so the kernels read no further.
+# (the reference), over an ASCII buffer's bytes (the anchor search's table is by byte).
+# Positions are the buffer's, and the kernels read only where the Python reads: inside it.
 
 _NEWLINE = 10
 _NO_ROOM = -1  # the periods' array is too short (never: each is listed once)
