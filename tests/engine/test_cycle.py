@@ -1036,17 +1036,24 @@ def test_the_compiled_listing_lists_what_python_lists(seed: int, kernels: Any,
 
 @pytest.mark.parametrize("channel", ["reasoning", "text"])
 @pytest.mark.parametrize("name", ["padded tables", "staircase", "indented lines", "triangle",
-                                  "SQL inserts", "1-char flood", "CJK"])
+                                  "SQL inserts", "1-char flood", "CJK",
+                                  "padded tables, CJK cells"])
 def test_the_compiled_listing_lists_what_python_lists_at_the_defaults(
         name: str, channel: str, kernels: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # The bench's adversarial inputs under the default settings (both variants), where the
-    # long periods are filtered by the kernel too; a buffer with a character past ASCII
-    # (CJK) is listed in Python.
+    # long periods are filtered by the kernel too; a buffer with a character past ASCII is
+    # read as 32-bit words kept in step with it as it grows and forgets (CJK, and padded
+    # tables whose cells hold CJK words).
     from loopbreak._engine.detectors.counter_cycle import CounterCycleDetector
     from loopbreak.bench.adversarial import engine_inputs
 
     calls = _count_kernel_calls(kernels, monkeypatch)
-    text = "".join(next(i for i in engine_inputs(0.03) if i.name == name).deltas)
+    cjk_cells = name == "padded tables, CJK cells"
+    text = "".join(next(i for i in engine_inputs(0.03)
+                        if i.name == ("padded tables" if cjk_cells else name)).deltas)
+    if cjk_cells:
+        text = text.replace("alpha", "名前").replace("value", "値").replace("path", "経路")
+        assert not text.isascii()
     for kind in (CycleDetector, CounterCycleDetector):
         both = _listing_both_ways(kind)
         detector = both(channel=channel, compiled=True)  # type: ignore[call-arg]
@@ -1054,11 +1061,9 @@ def test_the_compiled_listing_lists_what_python_lists_at_the_defaults(
         for piece in split_fixed(text, 64):
             if detector.feed(piece) is not None:
                 detector.reset()
-    if name == "CJK":
-        assert calls == {"cycle_flood_periods": 0, "cycle_long_periods": 0}
-    elif name != "SQL inserts":  # its anchors recur, but in no flood
+    if name not in ("SQL inserts", "CJK"):  # their anchors recur, but in no flood
         assert calls["cycle_flood_periods"] > 0
-    if name in ("padded tables", "staircase"):
+    if name in ("padded tables", "staircase", "padded tables, CJK cells"):
         assert calls["cycle_long_periods"] > 0
 
 
@@ -1075,3 +1080,28 @@ def test_a_detector_lists_in_python_unless_built_compiled_with_the_kernels_loade
     assert cycles(Config()) == [True, True]
     assert cycles(Config().replace(**{"judging.compiled": "off"})) == [False, False]
     assert not CycleDetector()._compiled
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet="ab \n好😀", max_size=30), st.integers(0, 40)),
+                min_size=1, max_size=24), st.integers(0, 5))
+def test_code_points_keep_in_step_with_a_buffer_that_grows_and_forgets(
+        steps: list[tuple[str, int]], reset_at: int) -> None:
+    # The words of a buffer past ASCII are kept from call to call and only the text it gained
+    # is encoded: they must be the buffer's at every call, through its growing, forgetting
+    # its start, turning ASCII and back, and a rule starting over.
+    pytest.importorskip("numba", reason="the compiled listing needs numba (loopbreak[fast])")
+    from loopbreak._engine import accelerator
+
+    kernels = accelerator.kernels()
+    assert kernels is not None
+    points = kernels.CodePoints()
+    buf, base = "", 0
+    for i, (text, cut) in enumerate(steps):
+        if i == reset_at:
+            points.reset()
+            buf, base = "", 0
+        buf += text
+        cut = min(cut, len(buf))
+        buf, base = buf[cut:], base + cut
+        assert [int(x) for x in points.of(buf, base)] == [ord(c) for c in buf]

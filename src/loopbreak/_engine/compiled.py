@@ -942,8 +942,9 @@ def ascii_words(text: str, hex_run: int) -> str | None:
 
 # --- cycle's candidate listing ------------------------------------------------------------
 # The shifts at which a batch's anchor recurs, as ``CycleDetector._recurrences`` lists them
-# (the reference), over an ASCII buffer's bytes (the anchor search's table is by byte).
-# Positions are the buffer's, and the kernels read only where the Python reads: inside it.
+# (the reference), over the buffer's code points: an ASCII buffer's bytes, any other's
+# 32-bit words kept in step with it (:class:`CodePoints`). Positions are the buffer's, and the
+# kernels read only where the Python reads: inside it.
 
 _NEWLINE = 10
 _NO_ROOM = -1  # the periods' array is too short (never: each is listed once)
@@ -951,13 +952,15 @@ _NO_ROOM = -1  # the periods' array is too short (never: each is listed once)
 
 @numba.njit(cache=True)  # type: ignore[misc,unused-ignore]
 def _anchor_shifts(points: Any, rel: int, g: int) -> Any:
-    """For each byte, how far back the search for the anchor at ``rel`` may move when the
-    text under the anchor's first character is that byte: the least ``k`` >= 1 at which the
-    anchor holds it, or ``g`` (a backward Horspool table; an anchor in a flood of spaces is
-    then passed over a cell's text ``g`` characters at a time)."""
+    """For each low byte of a code point, how far back the search for the anchor at ``rel``
+    may move when the text under the anchor's first character has it: the least ``k`` >= 1
+    at which the anchor holds a character with that low byte, or ``g`` (a backward Horspool
+    table; an anchor in a flood of spaces is then passed over a cell's text ``g`` characters
+    at a time). Characters that share a low byte share the least: a shorter move, never a
+    match passed over."""
     shifts = np.full(256, g, dtype=np.int64)
     for k in range(g - 1, 0, -1):
-        shifts[points[rel + k]] = k
+        shifts[points[rel + k] & 255] = k
     return shifts
 
 
@@ -975,7 +978,7 @@ def _anchor_rfind(points: Any, n: int, shifts: Any, rel: int, g: int, low: int,
             k += 1
         if k == g:
             return q
-        q -= shifts[points[q]]
+        q -= shifts[points[q] & 255]
     return -1
 
 
@@ -1174,31 +1177,69 @@ def cycle_tables(least_needs: list[int], lineless_needs: list[int], least_from: 
     return tables
 
 
-def _ascii_points(buf: str) -> Any:
-    """An ASCII buffer's bytes as an array (a copy of ~10 kB: ~1 us, a tenth of a flood's
-    listing in Python)."""
-    return np.frombuffer(buf.encode("ascii"), dtype=np.uint8)
+class CodePoints:
+    """The code points of a detector's buffer, for the cycle kernels: an ASCII buffer's are
+    its bytes, encoded afresh each call (a copy of ~10 kB, ~0.7 us); any other's are 32-bit
+    words kept in step with the buffer (the text it gained since the last call encoded, the
+    part it forgot dropped: encoding the whole buffer anew costs ~9 us). Made only once a
+    buffer past ASCII is listed, and then at most ~85 kB a rule (its buffer's ~17,000 at the
+    defaults, and a quarter more to grow into)."""
+
+    __slots__ = ("base", "points", "size")
+
+    def __init__(self) -> None:
+        self.points = np.zeros(0, dtype=np.uint32)
+        self.base = 0
+        self.size = 0  # characters from ``base`` on that ``points`` holds
+
+    def reset(self) -> None:
+        """Forget the buffer (a rule starting over: its positions start again at 0)."""
+        self.size = 0
+
+    def of(self, buf: str, base: int) -> Any:
+        """The code points of ``buf``, which starts at stream position ``base`` and only
+        grows at its end or loses its start since the last call."""
+        if buf.isascii():
+            # The words kept stay right meanwhile: a stream position's character never
+            # changes (until ``reset``).
+            return np.frombuffer(buf.encode("ascii"), dtype=np.uint8)
+        points, size, n = self.points, self.size, len(buf)
+        cut = base - self.base
+        if size and 0 <= cut < size and n >= size - cut:
+            if cut:
+                size -= cut
+                points[:size] = points[cut : cut + size]
+        else:
+            size = 0
+        if n > points.shape[0]:
+            grown = np.zeros(n + n // 4, dtype=np.uint32)
+            grown[:size] = points[:size]
+            self.points = points = grown
+        if n > size:
+            points[size:n] = np.frombuffer(
+                buf[size:].encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        self.base, self.size = base, n
+        return points[:n]
 
 
-def cycle_flood_periods(buf: str, rel: int, g: int, half: int, step: int, shortest: int,
+def cycle_flood_periods(points: Any, rel: int, g: int, half: int, step: int, shortest: int,
                         longest: int, q: int, tables: CycleTables,
                         pool_lines: int) -> tuple[list[int], int] | None:
-    """:func:`cycle_flood` over an ASCII buffer: the periods and how far they are the
-    nearest's multiples (``None``: not listed here)."""
-    out, count, upto = cycle_flood(_ascii_points(buf), rel, g, half, step, shortest, longest,
-                                   q, tables.least_needs, tables.lineless_needs,
+    """:func:`cycle_flood` over a buffer's code points (:meth:`CodePoints.of`): the periods
+    and how far they are the nearest's multiples (``None``: not listed here)."""
+    out, count, upto = cycle_flood(points, rel, g, half, step, shortest, longest, q,
+                                   tables.least_needs, tables.lineless_needs,
                                    tables.least_from, tables.lineless_from, pool_lines)
     if count < 0:
         return None
     return out[:count].tolist(), upto
 
 
-def cycle_long_periods(buf: str, periods: list[int], rel: int, g: int, batch_start: int,
+def cycle_long_periods(points: Any, periods: list[int], rel: int, g: int, batch_start: int,
                        batch_end: int, tables: CycleTables, pool_lines: int) -> list[int]:
-    """:func:`cycle_long_kept` over an ASCII buffer."""
-    kept = cycle_long_kept(_ascii_points(buf), np.array(periods, dtype=np.int64), rel, g,
-                           batch_start, batch_end, tables.least_needs, tables.lineless_needs,
-                           pool_lines)
+    """:func:`cycle_long_kept` over a buffer's code points."""
+    kept = cycle_long_kept(points, np.array(periods, dtype=np.int64), rel, g, batch_start,
+                           batch_end, tables.least_needs, tables.lineless_needs, pool_lines)
     return kept.tolist()  # type: ignore[no-any-return]
 
 
@@ -1247,5 +1288,7 @@ def warm() -> None:
     ascii_words("", 0)
     needs = [2, 3, 4, 5, 6, 7, 8, 9]
     tables = cycle_tables(needs, needs, needs, needs)
-    cycle_flood_periods("ab\n" + " " * 20 + "cd" + " " * 20, 40, 4, 4, 2, 1, 8, 39, tables, 3)
-    cycle_long_periods(" " * 40, [9, 10], 30, 4, 34, 35, tables, 3)
+    for buf in ("ab\n" + " " * 20 + "cd" + " " * 20, "\u597d\n" + " " * 20 + "cd" + " " * 21):
+        points = CodePoints().of(buf, 0)  # an ASCII buffer's bytes, another's words
+        cycle_flood_periods(points, 40, 4, 4, 2, 1, 8, 39, tables, 3)
+        cycle_long_periods(points, [9, 10], 30, 4, 34, 35, tables, 3)

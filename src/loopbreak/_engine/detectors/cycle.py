@@ -115,7 +115,7 @@ from loopbreak._engine.shape import (
 from loopbreak._engine.trip import Channel, Trip
 
 if TYPE_CHECKING:
-    from loopbreak._engine.compiled import CycleTables
+    from loopbreak._engine.compiled import CodePoints, CycleTables
 
 CYCLE = "cycle"
 ONE_LINE_MIN_PERIOD = 16
@@ -276,9 +276,10 @@ class CycleDetector:
         # Which units count (a variant asks more); must not depend on where a unit is rotated.
         self._accepts: Callable[[str], bool] = self._distinct_enough
         # With ``compiled`` and the kernels loaded, a flood's shifts and the long periods
-        # of an ASCII buffer are listed by a kernel that lists the same (a rule made before
-        # they load stays in Python).
+        # are listed by kernels that list the same (a rule made before they load stays in
+        # Python).
         self._compiled = compiled and accelerator.loaded() is not None
+        self._points: CodePoints | None = None  # made when first listed compiled
         self._buf = ""
         self._base = 0
         self._done = 0
@@ -511,6 +512,8 @@ class CycleDetector:
         self._runs.clear()
         self._next_runs.clear()
         self._run_starts.clear()
+        if self._points is not None:
+            self._points.reset()
         self._rejected.clear()
         self._accepted.clear()
         self._multiples_upto = 0
@@ -722,10 +725,10 @@ class CycleDetector:
             # recurs in every older row, ~40 long shifts a step in padded table rows).
             batch_end = rel + self._half
             batch_start = batch_end - self._step + 1
-            if self._compiled and len(longer) > _LONG_IN_PYTHON and buf.isascii():
+            if self._compiled and len(longer) > _LONG_IN_PYTHON:
                 longer = self._kernels().cycle_long_periods(
-                    buf, longer, rel, self._anchor, batch_start, batch_end, self._tables(),
-                    POOL_LINES)
+                    self._code_points(), longer, rel, self._anchor, batch_start, batch_end,
+                    self._tables(), POOL_LINES)
             else:
                 repeats_back = self._repeats_back
                 longer = [p for p in longer if buf.startswith(anchor, rel - p)
@@ -758,9 +761,10 @@ class CycleDetector:
             q = buf.rfind(anchor, max(low, rel - g // 2), rel - 1 + g) if rel - 1 >= low else -1
             flood = q >= 0
         if flood:
-            if self._compiled and buf.isascii():
+            if self._compiled:
                 listed: tuple[list[int], int] | None = self._kernels().cycle_flood_periods(
-                    buf, rel, g, half, step, shortest, longest, q, self._tables(), POOL_LINES)
+                    self._code_points(), rel, g, half, step, shortest, longest, q,
+                    self._tables(), POOL_LINES)
                 if listed is not None:
                     return listed
             # The anchor repeats within itself (digits read as 0, a flood): in the stretch
@@ -805,6 +809,13 @@ class CycleDetector:
         kernels = accelerator.loaded()
         assert kernels is not None  # loaded before the rule was made, never unloaded
         return kernels
+
+    def _code_points(self) -> object:
+        """The buffer's code points as the kernels read them."""
+        points = self._points
+        if points is None:
+            points = self._points = self._kernels().CodePoints()
+        return points.of(self._buf, self._base)
 
     def _tables(self) -> CycleTables:
         """The least runs by period as the kernels read them (one copy per setting)."""
