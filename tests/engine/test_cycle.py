@@ -1061,7 +1061,7 @@ def test_the_compiled_listing_lists_what_python_lists_at_the_defaults(
         for piece in split_fixed(text, 64):
             if detector.feed(piece) is not None:
                 detector.reset()
-    if name not in ("SQL inserts", "CJK"):  # their anchors recur, but in no flood
+    if name not in ("SQL inserts", "CJK"):  # neither offers a flood to list
         assert calls["cycle_flood_periods"] > 0
     if name in ("padded tables", "staircase", "padded tables, CJK cells"):
         assert calls["cycle_long_periods"] > 0
