@@ -47,16 +47,16 @@ def _detector_makers(channel: Channel, config: Config) -> list[Callable[[], Dete
     """How to build each of ``build_detectors``' rules, in the same order."""
     _check_channel(channel)
     makers: list[Callable[[], Detector]] = []
+    compiled = config.judging.compiled != "off"  # the rules with kernels run them
     if channel == "reasoning":
         if config.degeneracy.enabled:
             makers.append(partial(DegeneracyDetector, config.degeneracy, channel))
         if config.block_repeat.enabled:
             makers.append(partial(BlockRepeatDetector, config.block_repeat, channel,
-                                  compiled=config.judging.compiled != "off"))
+                                  compiled=compiled))
     elif config.degeneracy.enabled and config.degeneracy.on_text:
         makers.append(partial(DegeneracyDetector, config.degeneracy, channel))
     if config.cycle.max_period:
-        compiled = config.judging.compiled != "off"
         makers.append(partial(CycleDetector, config.cycle, channel, compiled=compiled))
         if config.counter_cycle.enabled:
             makers.append(partial(CounterCycleDetector, config.counter_cycle, config.cycle,
