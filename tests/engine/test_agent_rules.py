@@ -213,6 +213,15 @@ def test_a_stored_denial_is_not_a_result_of_the_tool() -> None:
     assert not is_denial(render("no_progress.guidance", tool="x", calls=3) + "\n\nresult")
 
 
+def test_a_denial_is_read_however_much_whitespace_leads_it_and_only_at_the_start() -> None:
+    denial = render("alternation.denied", tool="x", period=2, tools="`a`, `b`", cycles=3)
+    for lead in ("", " ", "\n\t ", " " * 500, "\u3000"):
+        assert is_denial(lead + denial), repr(lead)
+    for text in ("", " ", "[", "[loopbreak]", "ok " + denial, "     1\t" + denial,
+                 " [loopbreak] something else " + denial):
+        assert not is_denial(text), repr(text)
+
+
 def test_may_deny_names_the_tools_some_rule_would_deny() -> None:
     session = _session()
     assert not session.may_deny("search")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from loopbreak._config import NoProgressConfig
 from loopbreak._engine.notices import Language, render
@@ -60,6 +61,11 @@ class _Run:
     result: str
     count: int
     waiting: bool = False  # read only once the run is long enough to matter
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Run:
+        # A proxy keeps a copy of a long history's replay: tens of runs, copied field by
+        # field (three values that need no copy) at a tenth of what deepcopy's walk costs.
+        return _Run(self.result, self.count, self.waiting)
 
 
 class NoProgressRule:

@@ -80,6 +80,9 @@ class SessionGuard:
     def __init__(self, config: Config | None = None, *, language: str | None = None) -> None:
         self._config = config or Config()
         self._language_setting = language or self._config.recovery.language
+        # The language while every piece shown is ASCII (an ASCII sample reads as English):
+        # asked for at every call and result of a replayed history.
+        self._ascii_language = resolve_language(self._language_setting)
         # What the guard was shown, newest last, with whether each piece is ASCII: at
         # least the last LANGUAGE_SAMPLE_CHARS characters, joined only when a piece in them
         # is not ASCII (an ASCII sample is English). A replay shows it every message.
@@ -123,7 +126,7 @@ class SessionGuard:
     def language(self) -> Language:
         """The language notices are written in now."""
         if not self._sample_foreign:
-            return resolve_language(self._language_setting)
+            return self._ascii_language
         sample = "".join(text for text, _ in self._sample_parts)[-LANGUAGE_SAMPLE_CHARS:]
         return resolve_language(self._language_setting, sample)
 
@@ -270,7 +273,10 @@ class SessionGuard:
             self._no_progress.after(step, result, language),
             self._repeated_error.after(step, error, language),
         ]
-        guidance = next((g for g in found if g is not None), None)
+        guidance = None
+        for guidance in found:
+            if guidance is not None:
+                break
         if not self._post_trip_hint:
             return guidance
         self._post_trip_hint = False

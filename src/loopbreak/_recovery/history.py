@@ -64,19 +64,6 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-@dataclass
-class _Message:
-    """One history message in a dialect-free shape."""
-
-    role: Literal["user", "assistant", "tool"]
-    reasoning: str = ""
-    text: str = ""
-    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)  # id, name, args
-    tool_result: tuple[str, str, bool] | None = None  # call id, text, failed
-    index: int = 0  # position in the request's messages
-    block: int | None = None  # position inside the message (Anthropic tool_result blocks)
-
-
 def tool_calls_of(message: dict[str, Any], kind: Kind) -> list[tuple[str, str, str]]:
     """The tool calls of an assistant message (one of a history, or a whole answer's):
     ``(id, name, arguments as JSON text)`` each."""
@@ -91,48 +78,35 @@ def tool_calls_of(message: dict[str, Any], kind: Kind) -> list[tuple[str, str, s
             for block in blocks if isinstance(block, dict) and block.get("type") == "tool_use"]
 
 
-def _messages(raw: list[Any], kind: Kind, start: int = 0) -> list[_Message]:
-    """The messages of ``raw[start:]``, each with its index in ``raw``."""
-    out: list[_Message] = []
-    for i in range(start, len(raw)):
-        m = raw[i]
-        if not isinstance(m, dict):
+def _said(message: dict[str, Any], kind: Kind) -> tuple[str, str]:
+    """An assistant message's reasoning and visible text."""
+    content = message.get("content")
+    reasoning = text = ""
+    if kind == "openai":
+        for name in ("reasoning_content", "reasoning"):
+            if isinstance(message.get(name), str):
+                reasoning += message[name]
+        return reasoning, _text_of(content)
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
             continue
-        role, content = m.get("role"), m.get("content")
-        if role == "assistant":
-            msg = _Message("assistant", index=i, tool_calls=tool_calls_of(m, kind))
-            if kind == "openai":
-                for name in ("reasoning_content", "reasoning"):
-                    if isinstance(m.get(name), str):
-                        msg.reasoning += m[name]
-                msg.text = _text_of(content)
-            else:
-                for block in content if isinstance(content, list) else []:
-                    if not isinstance(block, dict):
-                        continue
-                    if block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
-                        msg.reasoning += block["thinking"]
-                    elif block.get("type") == "text" and isinstance(block.get("text"), str):
-                        msg.text += block["text"]
-                if isinstance(content, str):
-                    msg.text = content
-            out.append(msg)
-        elif role == "tool":
-            text = _text_of(content)
-            out.append(_Message("tool", tool_result=(str(m.get("tool_call_id")), text,
-                                                     looks_like_failure(text)), index=i))
-        elif role == "user":
-            blocks = content if isinstance(content, list) else []
-            results = [(j, b) for j, b in enumerate(blocks)
-                       if isinstance(b, dict) and b.get("type") == "tool_result"]
-            for j, block in results:
-                text = _text_of(block.get("content"))
-                failed = bool(block.get("is_error")) or looks_like_failure(text)
-                out.append(_Message("tool", tool_result=(str(block.get("tool_use_id")), text,
-                                                         failed), index=i, block=j))
-            if not results:
-                out.append(_Message("user", text=_text_of(content), index=i))
-    return out
+        if block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning += block["thinking"]
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            text += block["text"]
+    return reasoning, content if isinstance(content, str) else text
+
+
+def _last_calls(raw: list[Any], start: int, count: int) -> list[int]:
+    """The indices of the last ``count`` assistant messages of ``raw[start:]``, newest first."""
+    found: list[int] = []
+    for i in range(len(raw) - 1, start - 1, -1):
+        m = raw[i]
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            found.append(i)
+            if len(found) == count:
+                break
+    return found
 
 
 @dataclass
@@ -323,59 +297,88 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
     found = checkpoints.resume(raw, kind, config, tail) if checkpoints is not None else None
     start, state = (len(found.messages), found.state) if found is not None else (
         0, _Replayed(SessionGuard(config)))
-    messages = _messages(raw, kind, start)
-    session = state.session
-    assistants = [i for i, m in enumerate(messages) if m.role == "assistant"]
-    keep = set(assistants[-tail:])
+    last_calls = _last_calls(raw, start, tail)
     # The state before the first of those calls is what a later history resumes from.
-    mark = assistants[-tail] if checkpoints is not None and len(assistants) >= tail else -1
-    calls_by_id = state.calls_by_id
-    for i, m in enumerate(messages):
+    mark = last_calls[-1] if checkpoints is not None and len(last_calls) == tail else -1
+    compiled = config.judging.compiled != "off"
+    # The messages are read straight from the request, one pass, no record made of each:
+    # a history of 800 calls holds 1,600 of them, replayed on every request.
+    for i in range(start, len(raw)):
+        m = raw[i]
+        if not isinstance(m, dict):
+            continue
         if i == mark:
             assert checkpoints is not None
-            checkpoints.keep(raw, kind, config, m.index, state, found)
-        if m.role == "user":
-            # A user message while the model is working (a host's reminder, a steer) is part
-            # of the turn; only one after the model answered starts a new turn. A note
-            # loopbreak itself added to a request (a steer, a retry's notice) never does.
-            if not state.working and not is_notice(m.text):
-                session.start_turn(m.text)
-                state.cuts_this_turn = 0
-                state.guidance.clear()
-                if state.reaction is not None and state.reaction.rule == "monologue" and \
-                        not session.monologue_run:
-                    state.reaction = None  # the user said something new
-            session.observe(m.text[-2000:])
-            state.chars += len(m.text)
-        elif m.role == "assistant":
-            session.count_call()
-            grams = None
-            if i in keep:
-                grams = _reasoning_grams(m.reasoning, config.judging.compiled != "off")
-            # Every marker starts with the tag: one search rules most answers out.
-            cut = _NOTICE_TAG in m.text and any(marker in m.text for marker in CUT_MARKERS)
-            if cut:
-                state.cuts_this_turn += 1
-            trip = Trip("notice", "reasoning", 0, 0) if cut else None
-            tool_names = tuple([call[1] for call in m.tool_calls])
-            summary = CallSummary(len(m.reasoning), 0 if cut else len(m.text.strip()),
-                                  tool_names, trip, grams, "" if cut else m.text)
-            state.reaction = session.finish_call(summary).reaction
-            for call_id, name, args in m.tool_calls:
-                calls_by_id[call_id] = (name, args)
-                state.chars += len(args)
-            state.working = bool(m.tool_calls)
-            session.observe((m.text or m.reasoning)[-2000:])
-            state.chars += len(m.reasoning) + len(m.text)
-        elif m.tool_result is not None:
-            call_id, text, failed = m.tool_result
-            name, args = calls_by_id.get(call_id, ("", ""))
-            guidance = session.after_tool(name, args, text, failed=failed) if name else None
-            if guidance is not None:
-                state.guidance[(m.index, m.block)] = guidance
-            state.chars += len(text)
+            checkpoints.keep(raw, kind, config, i, state, found)
+        role, content = m.get("role"), m.get("content")
+        if role == "assistant":
+            reasoning, text = _said(m, kind)
+            grams = _reasoning_grams(reasoning, compiled) if i in last_calls else None
+            _replay_call(state, reasoning, text, tool_calls_of(m, kind), grams)
+        elif role == "tool":
+            text = _text_of(content)
+            _replay_result(state, (i, None), str(m.get("tool_call_id")), text,
+                           looks_like_failure(text))
+        elif role == "user":
+            replayed = False
+            for j, block in enumerate(content if isinstance(content, list) else ()):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    text = _text_of(block.get("content"))
+                    failed = bool(block.get("is_error")) or looks_like_failure(text)
+                    _replay_result(state, (i, j), str(block.get("tool_use_id")), text, failed)
+                    replayed = True
+            if not replayed:
+                _replay_user(state, _text_of(content))
+    session = state.session
     return HistoryView(kind, session, state.reaction, state.cuts_this_turn, state.guidance,
                        session.language)
+
+
+def _replay_user(state: _Replayed, text: str) -> None:
+    session = state.session
+    # A user message while the model is working (a host's reminder, a steer) is part of the
+    # turn; only one after the model answered starts a new turn. A note loopbreak itself
+    # added to a request (a steer, a retry's notice) never does.
+    if not state.working and not is_notice(text):
+        session.start_turn(text)
+        state.cuts_this_turn = 0
+        state.guidance.clear()
+        if state.reaction is not None and state.reaction.rule == "monologue" and \
+                not session.monologue_run:
+            state.reaction = None  # the user said something new
+    session.observe(text[-2000:])
+    state.chars += len(text)
+
+
+def _replay_call(state: _Replayed, reasoning: str, text: str,
+                 tool_calls: list[tuple[str, str, str]], grams: GramSet | None) -> None:
+    session = state.session
+    session.count_call()
+    # Every marker starts with the tag: one search rules most answers out.
+    cut = _NOTICE_TAG in text and any(marker in text for marker in CUT_MARKERS)
+    if cut:
+        state.cuts_this_turn += 1
+    trip = Trip("notice", "reasoning", 0, 0) if cut else None
+    tool_names = tuple([call[1] for call in tool_calls])
+    summary = CallSummary(len(reasoning), 0 if cut else len(text.strip()), tool_names, trip,
+                          grams, "" if cut else text)
+    state.reaction = session.finish_call(summary).reaction
+    calls_by_id = state.calls_by_id
+    for call_id, name, args in tool_calls:
+        calls_by_id[call_id] = (name, args)
+        state.chars += len(args)
+    state.working = bool(tool_calls)
+    session.observe((text or reasoning)[-2000:])
+    state.chars += len(reasoning) + len(text)
+
+
+def _replay_result(state: _Replayed, place: tuple[int, int | None], call_id: str, text: str,
+                   failed: bool) -> None:
+    name, args = state.calls_by_id.get(call_id, ("", ""))
+    guidance = state.session.after_tool(name, args, text, failed=failed) if name else None
+    if guidance is not None:
+        state.guidance[place] = guidance
+    state.chars += len(text)
 
 
 def _grams_of(reasoning: str, compiled: bool) -> GramSet:
