@@ -593,7 +593,7 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert names == ["1-char flood", "counting run", "number per line", "numbered lines",
                      "numeric CSV", "no newline", "CJK", "emoji", "unique lines",
                      "indented lines", "triangle", "staircase", "SQL inserts",
-                     "padded tables"]
+                     "padded tables", "padded tables, CJK cells"]
     subjects = {r["subject"] for r in report["engine"]}
     assert subjects == {"loopbreak (reasoning)", "loopbreak (text)"}
     assert len(report["engine"]) == 2 * len(names)

@@ -111,8 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure the inputs that could make the engine crawl instead "
                              "(floods, counting runs, numeric CSV, 10 MB without a newline, "
                              "CJK, emoji, a million unique lines, indented lines, a triangle "
-                             "of stars, a staircase of digits, SQL inserts, padded tables, "
-                             "a 1 MB tool argument, a 4 MB event, an 800-call history), "
+                             "of stars, a staircase of digits, SQL inserts, padded tables "
+                             "(ASCII and CJK cells), a 1 MB tool argument, a 4 MB event, an "
+                             "800-call history), "
                              "against the peers")
     parser.add_argument("--in-engine", action="store_true",
                         help="measure the transformers stopping criteria's cost per decode "
