@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -49,3 +51,32 @@ def test_error_text_is_normalised() -> None:
     assert a == b == "timeout after <n> ms at <hex> (pid <n>) retry"
     assert len(normalise_error("x" * 1000)) == 160
     assert normalise_error("commit 3f2a9c1b not found") == "commit <hex> not found"
+
+
+@given(json_values, st.sampled_from(["read_file", "run", ""]), st.booleans())
+def test_a_calls_key_is_its_name_and_canonical_arguments_kept_or_not(
+        value: object, name: str, as_text: bool) -> None:
+    # Keys of arguments sent as JSON text are kept between requests (one object for the
+    # same call each time); every other key is made anew; both read the same.
+    from loopbreak._engine.tool_failure import ToolFailureBreaker, clear_caches
+
+    arguments = json.dumps(value) if as_text else value
+    breaker = ToolFailureBreaker()
+    key = breaker.key(name, arguments)
+    assert key == f"{name}\x00{canonical_arguments(arguments)}"
+    # The arguments as the next request brings them: an equal text, another object.
+    again = breaker.key(name, json.loads(json.dumps(arguments)))
+    assert again == key and (again is key) == isinstance(arguments, str)
+    clear_caches()
+    assert breaker.key(name, arguments) == key
+    assert breaker.key(name + "x", arguments) != key
+
+
+def test_long_arguments_are_keyed_without_being_kept() -> None:
+    from loopbreak._engine.tool_failure import ToolFailureBreaker
+
+    text = json.dumps({"content": "a" * 10_000})
+    breaker = ToolFailureBreaker()
+    key = breaker.key("write", text)
+    assert key == "write\x00" + canonical_arguments(text) and len(key) < 4200
+    assert breaker.key("write", text) == key and breaker.key("write", text) is not key

@@ -119,7 +119,9 @@ class NoProgressRule:
         self._runs[step.key] = run  # the newest last: the oldest go first
         if len(self._runs) > _MAX_KEYS:
             del self._runs[next(iter(self._runs))]
-        if run.count < cfg.steer_from + self._deny_after(run) - cfg.deny_after:
+        # A waiting run is steered later, never sooner (its deny_after is the larger).
+        if run.count < cfg.steer_from or \
+                run.count < cfg.steer_from + self._deny_after(run) - cfg.deny_after:
             return None
         return ToolGuidance(render("no_progress.guidance", language, tool=step.name,
                                    calls=run.count), "prefix", run.count, RULE)

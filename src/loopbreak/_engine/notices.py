@@ -187,10 +187,11 @@ def render(name: str, language: Language = "en", **values: object) -> str:
 def is_denial(text: str) -> bool:
     """Whether a tool result is one of loopbreak's own denials (a host that stores it as
     the call's result shows it back; it says nothing about the tool)."""
-    # Ruled out without a copy when the text starts with neither the tag nor whitespace, or
-    # holds no tag: a replayed history asks this of every result (`cat -n` output starts
-    # with spaces).
-    if not text or (text[0] != "[" and not text[0].isspace()) or _NOTICE_TAG not in text:
+    # Ruled out from the text's first characters when its first one past the whitespace
+    # is found there and is not the tag's: a replayed history asks this of every result
+    # (`cat -n` output starts with spaces), and the whole text stripped is a copy of it.
+    start = text[:64].lstrip()
+    if start and start[0] != "[":
         return False
     head = text.lstrip()[:400]
     return head.startswith(_NOTICE_TAG) and any(

@@ -61,6 +61,11 @@ class StallVerdict:
         fields["reaction"] = reaction
 
 
+_JUDGED = StallVerdict(judged=True)
+"""A call judged and not stalled, with no previous call's reasoning to compare (frozen:
+one shared verdict)."""
+
+
 class StallRule:
     """The run of stalled calls and the fires of one session."""
 
@@ -99,6 +104,8 @@ class StallRule:
             reason = RESTATED
         if reason is None:
             self._run = 0
+            if containment is None:
+                return _JUDGED  # every productive call of a replayed history
             return StallVerdict(judged=True, containment=containment)
         self._run += 1
         run = self._run

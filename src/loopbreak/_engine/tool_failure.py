@@ -80,6 +80,7 @@ def clear_caches() -> None:
     start)."""
     tool_steps.clear_caches()
     _kept_canonical_forms.clear()
+    _kept_keys.clear()
     _kept_failure_readings.clear()
     _kept_error_forms.clear()
 
@@ -98,6 +99,13 @@ def _canonical(arguments: Any, max_depth: int, max_chars: int) -> str:
 
 
 _kept_canonical_forms = TextCache(_canonical, KEPT_CHARS, _CACHED_CHARS)
+
+
+def _key(arguments: Any, name: str, max_depth: int, max_chars: int) -> str:
+    return f"{name}\x00{canonical_arguments(arguments, max_depth, max_chars)}"
+
+
+_kept_keys = TextCache(_key, KEPT_CHARS, _CACHED_CHARS)
 
 
 # How a failure report starts, and what says one anywhere in its head. Two patterns so
@@ -196,7 +204,11 @@ class ToolFailureBreaker:
     def key(self, name: str, arguments: Any) -> str:
         """The key of a call: tool name and canonical arguments."""
         cfg = self._config
-        return f"{name}\x00{canonical_arguments(arguments, cfg.max_arg_depth, cfg.max_arg_chars)}"
+        if type(arguments) is str:
+            # The same key object for the same call each time: a replayed history's calls
+            # are keyed once, and the key's hash is worked out once.
+            return _kept_keys(arguments, name, cfg.max_arg_depth, cfg.max_arg_chars)
+        return _key(arguments, name, cfg.max_arg_depth, cfg.max_arg_chars)
 
     def start_turn(self) -> None:
         """A new turn starts clean."""
