@@ -301,8 +301,8 @@ def replay(body: dict[str, Any], kind: Kind, config: Config,
     # The state before the first of those calls is what a later history resumes from.
     mark = last_calls[-1] if checkpoints is not None and len(last_calls) == tail else -1
     compiled = config.judging.compiled != "off"
-    # The messages are read straight from the request, one pass, no record made of each:
-    # a history of 800 calls holds 1,600 of them, replayed on every request.
+    # The messages are read straight from the request, one pass, no record made of each: a
+    # history of 800 calls holds 1,600 of them, all replayed when no checkpoint fits.
     for i in range(start, len(raw)):
         m = raw[i]
         if not isinstance(m, dict):
