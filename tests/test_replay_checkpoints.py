@@ -204,6 +204,28 @@ def test_edited_shortened_and_interleaved_histories_are_judged_the_same(
     check_requests(requests, kind, STALL_PRONE, copy_messages)
 
 
+def test_a_kept_state_holds_nothing_a_later_replay_works_out() -> None:
+    # One call failing the same way, again and again: alternation works out the steps'
+    # shapes (a cache each step keeps) after the checkpoint is taken. A kept state that
+    # shared those steps with the replay that went on would hold shapes a fresh replay has
+    # not worked out yet (found by the test above).
+    steps: list[tuple[str, Any]] = [("user", "Fix the bug.")]
+    for call in range(5):
+        if call >= 2:
+            steps.append(("user", "Go on."))
+        steps.append(("assistant", (call, "", "", [("read_file", '{"path": "a.py"}',
+                                                     RESULTS[0])] * (2 if call == 4 else 1))))
+    kinds: list[Kind] = ["anthropic", "openai"]
+    for kind in kinds:
+        render = anthropic_messages if kind == "anthropic" else openai_messages
+        messages = render(steps)
+        rival = render(steps[:1] + [("assistant", (0, "", "", []))])
+        edited = json.loads(json.dumps(messages))
+        edited[3]["content"] = "edited"
+        check_requests([messages, rival, messages, edited], kind, STALL_PRONE,
+                       copy_messages=False)
+
+
 def test_a_growing_session_resumes_and_an_edited_one_does_not() -> None:
     steps: list[tuple[str, Any]] = [("user", "Fix the bug.")]
     for call in range(12):

@@ -607,13 +607,14 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert stops[("loopbreak (text)", "unique lines")] == 0
     assert [p["name"] for p in report["parts"]] == [
         "tool argument", "SSE event", "history replay, cold", "history replay, from the start",
-        "history replay", "history replay, 8 sessions", "history request", "event-loop wait"]
+        "history replay, Chinese", "history replay", "history replay, 8 sessions",
+        "history request", "event-loop wait"]
     # Every request of every round is timed: 8 a round in the eight-session part.
-    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 3, 24, 3, 3]
+    assert [len(p["ms"]) for p in report["parts"]] == [3, 3, 3, 3, 3, 3, 24, 3, 3]
     # The whole request and the loop's wait have no targets of their own (the replay's is
     # the issue's).
     assert [p["target_ms"] is None and p["met"] is None for p in report["parts"]] == [
-        False] * 6 + [True] * 2
+        False] * 7 + [True] * 2
     assert all(p["median_ms"] > 0 for p in report["parts"])
     slowest = report["targets"]["slowest"]
     assert slowest["chars_per_s_low"] == min(r["chars_per_s_range"][0]
@@ -644,6 +645,18 @@ def test_history_body_is_the_size_the_suite_says() -> None:
     results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
     assert all(line.split("\t")[0].strip().isdigit()
                for r in results for line in r.splitlines() if not line.startswith("Error"))
+    # The Chinese session: the same calls and results, its conversation read as Chinese
+    # (half its answers empty, so the guard reads their reasoning's last 2,000 characters).
+    from loopbreak import Config
+    from loopbreak._recovery.history import replay
+
+    chinese = history_body(40, chinese=True)
+    assert [m.get("tool_calls") for m in chinese["messages"]] == [
+        m.get("tool_calls") for m in history_body(40)["messages"]]
+    assert sum(1 for m in chinese["messages"] if m["role"] == "assistant" and not m["content"]) \
+        == 20
+    assert replay(chinese, "openai", Config()).language_sample == "zh"
+    assert replay(history_body(40), "openai", Config()).language_sample == "en"
 
 
 def test_history_parts_run_under_the_proxys_collector_then_restore_it() -> None:

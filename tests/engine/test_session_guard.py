@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from loopbreak import CallGuard, Config, SessionGuard
 from loopbreak._engine.notices import TEXTS
 from loopbreak._samples import data_text
@@ -176,3 +179,85 @@ def test_language_follows_the_last_characters_shown_however_they_were_shown() ->
             assert session.language == detect_language(shown[-4000:])
     assert {SessionGuard(language="zh").language, SessionGuard(language="en").language} == \
         {"zh", "en"}
+
+
+_SHOWN = st.lists(st.tuples(
+    st.text(st.sampled_from("ab .\n7²Ⅷ〇兆々你好世界，。：これはカナ한국어Яé\u4dc0\ufa6e_"),
+            max_size=4200) | st.sampled_from(["", "x" * 4100, "你" * 4001]),
+    st.booleans()), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SHOWN)
+def test_language_kept_as_the_sample_moves_is_the_whole_samples(
+        pieces: list[tuple[str, bool]]) -> None:
+    # The guard counts the sample's letters as pieces come and go (an ASCII piece's only
+    # once a CJK letter makes them matter); asked or not after each piece, its language is
+    # what the last 4,000 characters say, whatever was counted when.
+    from loopbreak._engine.notices import detect_language
+
+    session = SessionGuard()
+    shown = ""
+    for text, ask in pieces:
+        session.observe(text)
+        shown += text
+        if ask:
+            assert session.language == detect_language(shown[-4000:])
+    assert session.language == detect_language(shown[-4000:])
+
+
+def test_language_at_the_edge_counts_only_what_is_in_the_sample() -> None:
+    # A sample exactly at the edge (CJK letters a fifth of the letters, or one letter off),
+    # its oldest pieces cut, counted before the cut or after it, and pieces leaving whole:
+    # a letter counted that is out of the sample, or one not taken off, flips the language.
+    from itertools import product
+
+    from loopbreak._engine.notices import detect_language
+
+    checked = 0
+    for cjk, off, cut, split, asks in product((1, 37, 799), (-1, 0, 1), (0, 1, 250, 2000),
+                                              (False, True), product((False, True), repeat=3)):
+        ascii_letters = 4 * cjk + off  # zh while 4 * cjk >= the other letters
+        head = "a" * (ascii_letters + cut)
+        filler = "." * (4000 - ascii_letters - cjk)  # not letters
+        pieces = [head[:len(head) // 2], head[len(head) // 2:]] if split else [head]
+        pieces += [filler + "你" * cjk] if filler else ["你" * cjk]
+        pieces = ["早" * 300] + pieces  # a CJK piece that leaves whole, counted
+        session, shown = SessionGuard(), ""
+        for i, text in enumerate(pieces):
+            session.observe(text)
+            shown += text
+            if asks[min(i, 2)]:
+                assert session.language == detect_language(shown[-4000:])
+        expected = detect_language(shown[-4000:])
+        assert session.language == expected
+        assert expected == ("zh" if off <= 0 else "en")
+        checked += 1
+    assert checked == 3 * 3 * 4 * 2 * 8
+    # A counted piece cut by one piece and gone with the next: what it still held is what
+    # leaves with it.
+    for first, cut, cjk, off, ask in product((300, 1999), (1, 100), (1, 200), (-1, 0, 1),
+                                             (False, True)):
+        pieces = ["早" * first, "." * (4000 - first + cut),
+                  "a" * (4 * cjk + off) + "你" * cjk + "." * (first - cut)]
+        session, shown = SessionGuard(), ""
+        for text in pieces:
+            session.observe(text)
+            shown += text
+            if ask:
+                assert session.language == detect_language(shown[-4000:])
+        assert session.language == detect_language(shown[-4000:]) == (
+            "zh" if off <= 0 else "en")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_letters_are_counted_as_isalpha_counts_them(text: str) -> None:
+    import re
+
+    from loopbreak._engine.notices import letter_counts
+
+    cjk = sum(map(str.isalpha, re.findall("[\u3400-\u9fff\uf900-\ufaff]", text)))
+    assert letter_counts(text) == (cjk, sum(map(str.isalpha, text)))
+    halves = letter_counts(text[:len(text) // 2]), letter_counts(text[len(text) // 2:])
+    assert letter_counts(text) == (halves[0][0] + halves[1][0], halves[0][1] + halves[1][1])

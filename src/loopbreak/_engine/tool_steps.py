@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from loopbreak._engine import accelerator
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
@@ -112,11 +112,6 @@ class ToolStep:
         fields["failed"] = failed
         fields["error"] = error
         fields["text"] = text
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ToolStep:
-        # Frozen and holding only strings (its shape, once worked out, is the same for any
-        # copy): a kept replay shares it rather than rebuilding it.
-        return self
 
     @property
     def shape(self) -> str:

@@ -288,30 +288,37 @@ def sse_event_part(repeats: int, scale: float, clock: Clock) -> PartResult:
                       _timed(run, repeats, clock))
 
 
-def history_body(calls: int = 800, seed: int = 11) -> dict[str, Any]:
+_WORDS = ("the", "file", "read", "check", "test", "module", "value", "error", "line", "return",
+          "config", "path", "function", "update", "import", "string", "result")
+# A Chinese session's words (its reasoning and answers; its tool output stays `cat -n`'s).
+_CHINESE_WORDS = ("我", "需要", "检查", "这个", "文件", "然后", "运行", "测试", "看看", "结果",
+                  "是否", "正确", "配置", "路径", "函数", "模块", "，", "。")
+
+
+def history_body(calls: int = 800, seed: int = 11, chinese: bool = False) -> dict[str, Any]:
     """A chat request whose history holds ``calls`` model calls, each with reasoning, a
-    tool call and its result (every third one failing): ~6.5 MB at 800."""
+    tool call and its result (every third one failing): ~6.5 MB at 800. ``chinese``: the
+    user, the reasoning and the answers write Chinese."""
     rng = random.Random(seed)
-    words = (
-        "the", "file", "read", "check", "test", "module", "value", "error", "line", "return",
-        "config", "path", "function", "update", "import", "string", "result"
-    )
+    words, space = (_CHINESE_WORDS, "") if chinese else (_WORDS, " ")
 
     def para(n: int) -> str:
-        return " ".join(rng.choice(words) for _ in range(n))
+        return space.join(rng.choice(words) for _ in range(n))
 
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                       {"role": "user", "content": "Fix the bug. " + para(60)}]
     for i in range(calls):
         messages.append({
-            "role": "assistant", "content": para(30), "reasoning_content": para(1000),
+            "role": "assistant", "content": "" if chinese and i % 2 else para(30),
+            "reasoning_content": para(1000),
             "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {
                 "name": "read_file", "arguments": json.dumps({"path": f"src/m{i % 40}.py"})}}],
         })
         # A file read as `cat -n` shows it: numbered lines (digits every line, as real tool
         # output has them).
         first = 1 + 17 * (i % 40)
-        lines = [f"{first + n:6d}\t{para(11)}" for n in range(20)]
+        lines = [f"{first + n:6d}\t{' '.join(rng.choice(_WORDS) for _ in range(11))}"
+                 for n in range(20)]
         result = ("Error: no such file or directory\n" if i % 3 == 0 else "") + "\n".join(lines)
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": result})
     return {"model": "bench", "messages": messages, "stream": True}
@@ -388,6 +395,23 @@ def history_unkept_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     return PartResult("history replay, from the start",
                       f"{_describe(_first_calls(body, calls))}, a later request, its "
                       f"checkpoint lost", TARGET_HISTORY_MS, tuple(timings))
+
+
+def history_chinese_part(repeats: int, scale: float, clock: Clock) -> PartResult:
+    """``history_unkept_part`` for a session held in Chinese: the guard's language follows
+    the conversation's last 4,000 characters, asked at every call and result (counting
+    them anew each time cost ~0.7 s a request)."""
+    from loopbreak.proxy.app import proxy_checkpoints
+
+    calls = _history_calls(scale)
+    body = history_body(calls + repeats, chinese=True)
+    _replayed(iter([_request(body, calls)]), clock)
+    timings: list[float] = []
+    for k in range(repeats):
+        timings += _replayed(iter([_request(body, calls + 1 + k)]), clock, proxy_checkpoints())
+    return PartResult("history replay, Chinese", f"{_describe(_first_calls(body, calls))}, "
+                      "a session held in Chinese, a later request, its checkpoint lost",
+                      TARGET_HISTORY_MS, tuple(timings))
 
 
 def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
@@ -494,7 +518,7 @@ def history_sessions_part(repeats: int, scale: float, clock: Clock) -> PartResul
                       TARGET_HISTORY_MS, timings)
 
 
-_PROXY_PARTS = (history_cold_part, history_unkept_part, history_part,
+_PROXY_PARTS = (history_cold_part, history_unkept_part, history_chinese_part, history_part,
                 history_sessions_part, history_request_part, request_stall_part)
 """The parts that measure what the proxy does, run as a proxy's collector runs."""
 
