@@ -8,7 +8,8 @@ The stall rule's 4-gram sets with ``compiled=True`` keep their grams in a numba 
 the same streams, both hold the same grams at the same sampling level, and every
 containment between them is the pure one. A tool result's words (what its fingerprint
 digests) read by the kernel are the pure words, on generated text and on every result of the
-agent corpus.
+agent corpus. A language sample's letters counted by the kernel are the pure counts, for
+every code point.
 """
 
 from __future__ import annotations
@@ -450,6 +451,34 @@ def test_real_tool_results_read_as_the_same_words_with_the_kernels_loaded() -> N
         assert words == tool_steps.python_words(result)
         masked += "<hex>" in words
     assert masked > 10  # the results whose ids the kernel sends back to the expression
+
+
+def test_the_letters_kernel_counts_every_character_as_isalpha_reads_it() -> None:
+    # Every code point, as 50 of it (past the length the kernel is called from): the
+    # kernel's table is this interpreter's str.isalpha; past the BMP, and a lone
+    # surrogate, are left to Python.
+    from loopbreak._engine.notices import letter_counts, python_letter_counts
+
+    counted = 0
+    for code in range(0x110000):
+        text = chr(code) * 50
+        found = compiled.letter_counts(text)
+        assert (found is None) == (code >= 0xD800 and (code <= 0xDFFF or code > 0xFFFF))
+        if found is not None:
+            assert found == python_letter_counts(text), hex(code)
+            counted += 1
+        if code % 97 == 0:  # the guard's path, kernel or not, every so often
+            assert letter_counts(text) == python_letter_counts(text)
+    assert counted == 0x10000 - 0x800
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet="ab .\n7²Ⅷ〇兆々你好，。：カナ한Яé\u4dc0\ufa6e\U00020000\U0001f600",
+                    max_size=300))
+def test_a_samples_letters_are_the_pure_counts_with_the_kernels_loaded(text: str) -> None:
+    from loopbreak._engine.notices import letter_counts, python_letter_counts
+
+    assert letter_counts(text) == python_letter_counts(text)
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,6 +12,8 @@ import re
 import string
 from typing import TYPE_CHECKING, Literal
 
+from loopbreak._engine import accelerator
+
 if TYPE_CHECKING:
     from loopbreak._engine.trip import Trip
 
@@ -172,7 +174,8 @@ def language_of_counts(cjk: int, letters: int) -> Language:
 
 
 _ASCII_LETTERS = string.ascii_letters.encode("ascii")
-_CJK_BLOCKS = ((0x3400, 0x9FFF), (0xF900, 0xFAFF))
+CJK_BLOCKS = ((0x3400, 0x9FFF), (0xF900, 0xFAFF))
+"""The code points whose letters count as CJK (``detect_language``)."""
 # Blocks of punctuation a CJK text is full of (general punctuation, CJK symbols, full-width
 # forms): their characters that are not letters are passed over without a look.
 _PUNCTUATION_BLOCKS = ((0x2000, 0x206F), (0x3000, 0x303F), (0xFF00, 0xFFEF))
@@ -195,20 +198,38 @@ def _letter_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """Runs of CJK letters, and runs of the characters that are neither ASCII nor in the CJK
     blocks nor known not to be letters: built from this interpreter's ``str.isalpha`` (its
     Unicode version) when first needed (~3 ms)."""
-    cjk = [c for low, high in _CJK_BLOCKS for c in range(low, high + 1) if chr(c).isalpha()]
-    blocks = "".join(f"\\u{low:04x}-\\u{high:04x}" for low, high in _CJK_BLOCKS)
+    cjk = [c for low, high in CJK_BLOCKS for c in range(low, high + 1) if chr(c).isalpha()]
+    blocks = "".join(f"\\u{low:04x}-\\u{high:04x}" for low, high in CJK_BLOCKS)
     not_letters = [c for low, high in _PUNCTUATION_BLOCKS for c in range(low, high + 1)
                    if not chr(c).isalpha()]
     return (re.compile(f"[{_class_of(cjk)}]+"),
             re.compile(f"[^\\x00-\\x7f{blocks}{_class_of(not_letters)}]+"))
 
 
+# Past ASCII, a text this long is counted by the compiled kernel where it is loaded (a
+# shorter one costs less than the call).
+_COMPILED_FROM = 48
+
+
 def letter_counts(text: str) -> tuple[int, int]:
     """The CJK letters and the letters (``str.isalpha``) in ``text``. Counts add up over
-    the pieces of a text, so a session guard keeps its sample's as the sample moves. Counted
-    in C: ASCII letters in the UTF-8 bytes (no byte of a longer character is ASCII), CJK
-    letters by one substitution, any other letters run by run (a letter at a time took
-    ~440 us for 4,000 CJK characters)."""
+    the pieces of a text, so a session guard keeps its sample's as the sample moves."""
+    if text.isascii():
+        raw = text.encode("ascii")
+        return 0, len(raw) - len(raw.translate(None, _ASCII_LETTERS))
+    kernels = accelerator.loaded()
+    if kernels is not None and len(text) >= _COMPILED_FROM:
+        counted: tuple[int, int] | None = kernels.letter_counts(text)
+        if counted is not None:
+            return counted
+    return python_letter_counts(text)
+
+
+def python_letter_counts(text: str) -> tuple[int, int]:
+    """``letter_counts`` without the compiled kernel (the reference). Counted in C: ASCII
+    letters in the UTF-8 bytes (no byte of a longer character is ASCII), CJK letters by
+    their runs' lengths, any other letters run by run (a letter at a time took ~440 us for
+    4,000 CJK characters)."""
     raw = text.encode("utf-8", "surrogatepass")
     letters = len(raw) - len(raw.translate(None, _ASCII_LETTERS))
     if len(raw) == len(text):  # ASCII
