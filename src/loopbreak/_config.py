@@ -414,16 +414,18 @@ class JudgingConfig(_Section):
                                 "tokens of delay at most; 128 and 256 gain 10-20% more. 1 = "
                                 "every delta.",
                         low=1, high=1 << 20)
-    compiled: str = _key("auto", "auto: the parts with a compiled kernel (block-repeat, the "
-                                 "stall rule's 4-gram sets, a tool result's words) run it "
+    compiled: str = _key("auto", "auto: the parts with a compiled kernel (block-repeat, "
+                                 "cycle's and counter-cycle's listing of a flood's shifts, the "
+                                 "stall rule's 4-gram sets, a tool result's words, the letters "
+                                 "of the sample the notices' language follows) run it "
                                  "where numba is installed "
                                  "(pip install loopbreak[fast]): "
                                  "loaded when the proxy or an in-engine processor starts, else "
                                  "once a process has judged 1,000,000 characters (loading "
                                  "costs ~0.6 s); same decisions, tested against the "
-                                 "pure-Python rules. off: pure Python (a tool result's words, "
-                                 "the same either way, are read compiled wherever the process "
-                                 "has loaded the kernels).",
+                                 "pure-Python rules. off: pure Python (a tool result's words "
+                                 "and a sample's letters, the same either way, are read "
+                                 "compiled wherever the process has loaded the kernels).",
                          choices=("auto", "off"))
 
 
