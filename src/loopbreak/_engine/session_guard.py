@@ -144,7 +144,8 @@ class SessionGuard:
     def _count_letters(self) -> None:
         """Count the letters of the sample's pieces not counted yet."""
         parts = self._sample_parts
-        for i, (text, cjk, letters) in enumerate(parts):
+        for i in range(len(parts)):
+            text, cjk, letters = parts[i]
             if letters < 0:
                 letters = letter_counts(text[self._sample_cut:] if i == 0 else text)[1]
                 parts[i] = (text, cjk, letters)

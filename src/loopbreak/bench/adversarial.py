@@ -20,7 +20,8 @@ clean text did, or one a model really produces in a loop:
   parsed anew from its bytes: cold (a session's first request to a proxy just
   started, nothing kept), from the first message (the results' readings kept, but
   not where the last replay left off: another worker served the request before; the
-  replay keeps a checkpoint for the next request, as the proxy's does),
+  replay keeps a checkpoint for the next request, as the proxy's does), the same for a
+  session held in Chinese,
   as a session's later requests find it (one call more each, resumed from the
   checkpoint the request before left), and eight such sessions in turn (eight
   agents sharing one proxy); and a later request as the proxy handles it, its
@@ -384,34 +385,29 @@ def history_unkept_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     not where the session's last replay left off (another worker served it, or the proxy
     dropped its checkpoint to stay within its budget). The replay keeps a checkpoint for
     the session's next request, as the proxy's does."""
-    from loopbreak.proxy.app import proxy_checkpoints
-
-    calls = _history_calls(scale)
-    body = history_body(calls + repeats)
-    _replayed(iter([_request(body, calls)]), clock)
-    timings: list[float] = []
-    for k in range(repeats):
-        timings += _replayed(iter([_request(body, calls + 1 + k)]), clock, proxy_checkpoints())
-    return PartResult("history replay, from the start",
-                      f"{_describe(_first_calls(body, calls))}, a later request, its "
-                      f"checkpoint lost", TARGET_HISTORY_MS, tuple(timings))
+    return _unkept("history replay, from the start", "", repeats, scale, clock)
 
 
 def history_chinese_part(repeats: int, scale: float, clock: Clock) -> PartResult:
     """``history_unkept_part`` for a session held in Chinese: the guard's language follows
     the conversation's last 4,000 characters, asked at every call and result (counting
     them anew each time cost ~0.7 s a request)."""
+    return _unkept("history replay, Chinese", "a session held in Chinese, ", repeats, scale,
+                   clock, chinese=True)
+
+
+def _unkept(name: str, held: str, repeats: int, scale: float, clock: Clock,
+            chinese: bool = False) -> PartResult:
     from loopbreak.proxy.app import proxy_checkpoints
 
     calls = _history_calls(scale)
-    body = history_body(calls + repeats, chinese=True)
+    body = history_body(calls + repeats, chinese=chinese)
     _replayed(iter([_request(body, calls)]), clock)
     timings: list[float] = []
     for k in range(repeats):
         timings += _replayed(iter([_request(body, calls + 1 + k)]), clock, proxy_checkpoints())
-    return PartResult("history replay, Chinese", f"{_describe(_first_calls(body, calls))}, "
-                      "a session held in Chinese, a later request, its checkpoint lost",
-                      TARGET_HISTORY_MS, tuple(timings))
+    return PartResult(name, f"{_describe(_first_calls(body, calls))}, {held}a later request, "
+                      "its checkpoint lost", TARGET_HISTORY_MS, tuple(timings))
 
 
 def history_part(repeats: int, scale: float, clock: Clock) -> PartResult:
