@@ -214,11 +214,8 @@ _COMPILED_FROM = 48
 def letter_counts(text: str) -> tuple[int, int]:
     """The CJK letters and the letters (``str.isalpha``) in ``text``. Counts add up over
     the pieces of a text, so a session guard keeps its sample's as the sample moves."""
-    if text.isascii():
-        raw = text.encode("ascii")
-        return 0, len(raw) - len(raw.translate(None, _ASCII_LETTERS))
     kernels = accelerator.loaded()
-    if kernels is not None and len(text) >= _COMPILED_FROM:
+    if kernels is not None and len(text) >= _COMPILED_FROM and not text.isascii():
         counted: tuple[int, int] | None = kernels.letter_counts(text)
         if counted is not None:
             return counted

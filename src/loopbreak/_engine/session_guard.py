@@ -174,22 +174,24 @@ class SessionGuard:
             old, old_cjk, old_letters = parts[0]
             cut = self._sample_cut
             leaving = chars - LANGUAGE_SAMPLE_CHARS
-            if len(old) - cut <= leaving:
+            whole = len(old) - cut <= leaving  # all that is left of the oldest piece goes
+            if whole:
                 parts.popleft()
                 self._sample_cut = 0
                 chars -= len(old) - cut
-                if old_letters < 0:
-                    self._sample_uncounted -= 1
-                    continue
             else:
                 self._sample_cut = cut + leaving
                 chars = LANGUAGE_SAMPLE_CHARS
-                if old_letters < 0:
-                    continue  # uncounted (and ASCII): nothing to take off
-                old_cjk, old_letters = letter_counts(old[cut:cut + leaving])
-                parts[0] = (old, parts[0][1] - old_cjk, parts[0][2] - old_letters)
-            self._sample_cjk -= old_cjk
-            self._sample_letters -= old_letters
+            if old_letters < 0:  # never counted (ASCII): nothing to take off
+                self._sample_uncounted -= whole
+                continue
+            if whole:
+                gone_cjk, gone_letters = old_cjk, old_letters
+            else:
+                gone_cjk, gone_letters = letter_counts(old[cut:cut + leaving])
+                parts[0] = (old, old_cjk - gone_cjk, old_letters - gone_letters)
+            self._sample_cjk -= gone_cjk
+            self._sample_letters -= gone_letters
         self._sample_chars = chars
 
     # turns and calls
