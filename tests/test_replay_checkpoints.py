@@ -46,7 +46,7 @@ def state_of(value: Any) -> Any:
 
 def view_state(view: HistoryView) -> Any:
     return (view.kind, view.reaction, view.cuts_this_turn, view.guidance,
-            view.language_sample, state_of(view.session))
+            view.language, state_of(view.session))
 
 
 def as_sent(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -655,8 +655,8 @@ def test_history_body_is_the_size_the_suite_says() -> None:
         m.get("tool_calls") for m in history_body(40)["messages"]]
     assert sum(1 for m in chinese["messages"] if m["role"] == "assistant" and not m["content"]) \
         == 20
-    assert replay(chinese, "openai", Config()).language_sample == "zh"
-    assert replay(history_body(40), "openai", Config()).language_sample == "en"
+    assert replay(chinese, "openai", Config()).language == "zh"
+    assert replay(history_body(40), "openai", Config()).language == "en"
 
 
 def test_history_parts_run_under_the_proxys_collector_then_restore_it() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,6 +151,53 @@ def test_notice_counts_cut_characters_and_follows_the_language() -> None:
     assert "2,200" in chinese and "重复" in chinese
 
 
+def test_the_rules_write_in_the_language_of_the_moment_they_speak() -> None:
+    # The rules are handed where to ask for the language, not a language: asked when one
+    # writes, the answer is what the sample says then, however it moved since the last ask.
+    session = SessionGuard()
+    session.start_turn()
+    chinese = data_text("clean_reasoning_zh.txt") * 6  # past the 4,000 the sample holds
+    english = "Let me check the file again and then run the tests. " * 100
+    written = []
+    for said in (chinese, english, chinese):
+        session.observe(said)
+        guidance = None
+        while guidance is None:
+            guidance = session.after_tool("make", {"target": "all"}, "Error: build failed",
+                                          failed=True)
+        written.append(guidance.text)
+        session.start_turn()  # the failure counts start over
+    assert [any("\u4e00" <= c <= "\u9fff" for c in text) for text in written] == \
+        [True, False, True]
+
+
+def test_a_language_no_rule_asks_for_is_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Counting the sample is work only a notice needs: replaying a history held in Chinese
+    # whose calls and results no rule speaks of counts the sample once, when the view asks
+    # for its language at the end, not at every call and result.
+    import json
+
+    import loopbreak._engine.session_guard as module
+    from loopbreak._engine.notices import detect_language
+    from loopbreak._recovery.history import replay
+    from loopbreak.bench.adversarial import history_body
+
+    counted: list[str] = []
+    real = module.letter_counts
+
+    def counting(text: str) -> tuple[int, int]:
+        counted.append(text)
+        return real(text)
+
+    monkeypatch.setattr(module, "letter_counts", counting)
+    body = history_body(60, chinese=True)
+    view = replay(json.loads(json.dumps(body)), "openai", Config())
+    assert not view.guidance and view.reaction is None
+    shown = "".join(text for text in counted)
+    assert 0 < len(shown) <= 4000
+    assert view.language == "zh" == detect_language(shown)
+
+
 def test_notices_never_tell_the_model_to_conclude() -> None:
     forbidden = ["conclude", "final answer", "wrap up", "finish the task", "stop working",
                  "总结", "结束任务", "最终答案"]
@@ -191,9 +239,10 @@ _SHOWN = st.lists(st.tuples(
 @given(_SHOWN)
 def test_language_kept_as_the_sample_moves_is_the_whole_samples(
         pieces: list[tuple[str, bool]]) -> None:
-    # The guard counts the sample's letters as pieces come and go (an ASCII piece's only
-    # once a CJK letter makes them matter); asked or not after each piece, its language is
-    # what the last 4,000 characters say, whatever was counted when.
+    # The guard counts the sample's letters only when its language is asked for (an ASCII
+    # piece's only once a CJK letter makes them matter), and takes off what leaves of a
+    # counted piece; asked or not after each piece, its language is what the last 4,000
+    # characters say, whatever was counted when.
     from loopbreak._engine.notices import detect_language
 
     session = SessionGuard()

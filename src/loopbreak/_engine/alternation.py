@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 
 from loopbreak._config import AlternationConfig
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "alternation"
@@ -58,7 +58,7 @@ class AlternationRule:
         """Whether some call of tool ``name`` would be denied now."""
         return self._config.enabled and self._cycle is not None and self._cycle[0].name == name
 
-    def before(self, name: str, key: str, language: Language = "en") -> ToolDecision | None:
+    def before(self, name: str, key: str, language: LanguageSource = "en") -> ToolDecision | None:
         """A denial when ``key`` would start another round of a closed cycle."""
         cycle = self._cycle
         if not self._config.enabled or cycle is None or cycle[0].key != key:
@@ -67,7 +67,7 @@ class AlternationRule:
                                           period=len(cycle), tools=_names(cycle),
                                           cycles=self._config.cycles), self._config.cycles, RULE)
 
-    def after(self, step: ToolStep, language: Language = "en") -> ToolGuidance | None:
+    def after(self, step: ToolStep, language: LanguageSource = "en") -> ToolGuidance | None:
         """Record a step; guidance when it closes the last cycle the rule watches for."""
         if not self._config.enabled:
             return None

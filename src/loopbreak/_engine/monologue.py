@@ -18,7 +18,7 @@ import re
 from typing import Literal
 
 from loopbreak._config import MonologueConfig
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.stall import Reaction
 
 RULE = "monologue"
@@ -64,7 +64,7 @@ class MonologueRule:
             self._run = 0
         self._last_user = said
 
-    def judge(self, text: str, acted: bool, language: Language = "en") -> Reaction | None:
+    def judge(self, text: str, acted: bool, language: LanguageSource = "en") -> Reaction | None:
         """A finished call's visible answer; ``acted``: it called a tool. The reaction when
         the run reaches the steer or the stop."""
         cfg = self._config

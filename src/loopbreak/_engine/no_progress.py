@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopbreak._config import NoProgressConfig
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "no-progress"
@@ -91,7 +91,7 @@ class NoProgressRule:
             key.startswith(prefix) and run.count >= self._deny_after(run)
             for key, run in self._runs.items())
 
-    def before(self, name: str, key: str, language: Language = "en") -> ToolDecision | None:
+    def before(self, name: str, key: str, language: LanguageSource = "en") -> ToolDecision | None:
         """A denial when ``key`` returned the same result too often."""
         run = self._runs.get(key)
         if not self._config.enabled or run is None or run.count < self._deny_after(run):
@@ -99,7 +99,7 @@ class NoProgressRule:
         return ToolDecision(False, render("no_progress.denied", language, tool=name,
                                           calls=run.count), run.count, RULE)
 
-    def after(self, step: ToolStep, result: str, language: Language = "en"
+    def after(self, step: ToolStep, result: str, language: LanguageSource = "en"
               ) -> ToolGuidance | None:
         """Record a result; guidance once the same result came back often enough."""
         cfg = self._config

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loopbreak._config import RepeatedErrorConfig
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "repeated-error"
@@ -61,7 +61,7 @@ class RepeatedErrorRule:
         """Whether some call of tool ``name`` would be denied now."""
         return self._config.enabled and self._blocking(name) is not None
 
-    def before(self, name: str, key: str, language: Language = "en") -> ToolDecision | None:
+    def before(self, name: str, key: str, language: LanguageSource = "en") -> ToolDecision | None:
         """A denial when tool ``name`` gave an error that came back too often."""
         if not self._config.enabled:
             return None
@@ -71,7 +71,7 @@ class RepeatedErrorRule:
         return ToolDecision(False, render("repeated_error.denied", language, tool=name,
                                           failures=error.failures), error.failures, RULE)
 
-    def after(self, step: ToolStep, result: str, language: Language = "en"
+    def after(self, step: ToolStep, result: str, language: LanguageSource = "en"
               ) -> ToolGuidance | None:
         """Record a result; guidance once its error came back often enough."""
         cfg = self._config

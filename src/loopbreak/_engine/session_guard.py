@@ -85,18 +85,20 @@ class SessionGuard:
         self._fixed_language: Language | None = setting if setting in LANGUAGES else None
         # The last LANGUAGE_SAMPLE_CHARS characters the guard was shown (the sample ``auto``
         # language reads), as the pieces they came in, newest last, each with the CJK
-        # letters and letters of its part in the sample (the oldest piece's first
-        # ``_sample_cut`` characters are out of it; an ASCII piece's letters are counted,
-        # -1 until then, only once a CJK letter makes them matter), and the sample's counts
-        # kept as it moves: the language is asked for at every call and result of a
-        # replayed history, and counting the whole sample each time took ~440 us for a CJK
-        # one (~0.7 s to replay 800 calls of a Chinese session).
+        # letters and the letters of its part in the sample (the oldest piece's first
+        # ``_sample_cut`` characters are out of it), counted only when the language is
+        # asked for: the rules ask only to write a notice, which most calls never do (a
+        # replayed history of 800 calls in Chinese counted ~1.6 MB each request to write
+        # nothing). -1: not counted yet; an ASCII piece's CJK letters are known (none), its
+        # letters counted only once a CJK letter makes them matter. The sample's counts are
+        # kept as it moves, so an asked language counts only what came since.
         self._sample_parts: deque[tuple[str, int, int]] = deque()
         self._sample_chars = 0
         self._sample_cut = 0
-        self._sample_cjk = 0
+        self._sample_cjk = 0  # of the pieces counted
         self._sample_letters = 0  # of the pieces counted
-        self._sample_uncounted = 0  # pieces whose letters are not counted yet
+        self._sample_unread = 0  # pieces not ASCII not counted yet
+        self._sample_uncounted = 0  # pieces whose letters are not counted yet (those too)
         self._stall = StallRule(self._config.stall)
         self._tools = ToolFailureBreaker(self._config.tool_failure)
         self._no_progress = NoProgressRule(self._config.no_progress)
@@ -135,22 +137,36 @@ class SessionGuard:
         """The language notices are written in now."""
         if self._fixed_language is not None:
             return self._fixed_language
+        if self._sample_unread:
+            self._count_pieces(ascii_too=False)
         if not self._sample_cjk:
             return "en"  # what any count of letters says of a sample without a CJK one
         if self._sample_uncounted:
-            self._count_letters()
+            self._count_pieces(ascii_too=True)
         return language_of_counts(self._sample_cjk, self._sample_letters)
 
-    def _count_letters(self) -> None:
-        """Count the letters of the sample's pieces not counted yet."""
+    def _language_now(self) -> Language:
+        # What the rules are given: asked only when one of them writes a notice.
+        return self.language
+
+    def _count_pieces(self, ascii_too: bool) -> None:
+        """Count the sample's pieces not counted yet: those not ASCII, and with
+        ``ascii_too`` the ASCII ones' letters."""
         parts = self._sample_parts
         for i in range(len(parts)):
             text, cjk, letters = parts[i]
-            if letters < 0:
-                letters = letter_counts(text[self._sample_cut:] if i == 0 else text)[1]
-                parts[i] = (text, cjk, letters)
-                self._sample_letters += letters
-        self._sample_uncounted = 0
+            if letters >= 0 or (cjk == 0 and not ascii_too):
+                continue
+            piece = text[self._sample_cut:] if i == 0 else text
+            if cjk < 0:
+                cjk, letters = letter_counts(piece)
+                self._sample_cjk += cjk
+                self._sample_unread -= 1
+            else:
+                letters = letter_counts(piece)[1]
+            parts[i] = (text, cjk, letters)
+            self._sample_letters += letters
+            self._sample_uncounted -= 1
 
     def observe(self, text: str) -> None:
         """Show the guard some of the conversation, so ``auto`` language can follow it."""
@@ -161,12 +177,10 @@ class SessionGuard:
         parts = self._sample_parts
         if text.isascii():
             parts.append((text, 0, -1))
-            self._sample_uncounted += 1
         else:
-            cjk, letters = letter_counts(text)
-            parts.append((text, cjk, letters))
-            self._sample_cjk += cjk
-            self._sample_letters += letters
+            parts.append((text, -1, -1))
+            self._sample_unread += 1
+        self._sample_uncounted += 1
         chars = self._sample_chars + len(text)
         # What is now before the last LANGUAGE_SAMPLE_CHARS characters leaves, oldest first:
         # each character is counted at most once coming in and once going out.
@@ -182,8 +196,10 @@ class SessionGuard:
             else:
                 self._sample_cut = cut + leaving
                 chars = LANGUAGE_SAMPLE_CHARS
-            if old_letters < 0:  # never counted (ASCII): nothing to take off
-                self._sample_uncounted -= whole
+            if old_letters < 0:  # never counted: nothing to take off
+                if whole:
+                    self._sample_uncounted -= 1
+                    self._sample_unread -= old_cjk < 0
                 continue
             if whole:
                 gone_cjk, gone_letters = old_cjk, old_letters
@@ -239,7 +255,7 @@ class SessionGuard:
         summary = call.summary() if isinstance(call, CallGuard) else call
         if summary.trip is not None:
             self._post_trip_hint = True
-        language = self.language
+        language = self._language_now
         verdict = self._stall.judge(summary, language)
         monologue = self._monologue.judge(summary.text, bool(summary.tool_calls), language)
         return CallOutcome(self._turn, self._step, summary, verdict, monologue)
@@ -274,7 +290,7 @@ class SessionGuard:
         """Ask before dispatching a tool call; a denial carries the reason to show the model
         and the rule that denied it."""
         key = self._tools.key(name, arguments)
-        language = self.language
+        language = self._language_now
         decision = self._tools.before_key(name, key, language)
         if decision.allowed:
             for rule in (self._alternation, self._no_progress, self._repeated_error):
@@ -304,7 +320,7 @@ class SessionGuard:
         """
         if is_denial(result):
             return None
-        language = self.language
+        language = self._language_now
         key = self._tools.key(name, arguments)
         self._tried.add(key)
         self._tools_seen = True

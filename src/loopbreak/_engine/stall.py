@@ -19,7 +19,7 @@ from typing import Literal
 from loopbreak._config import StallConfig
 from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.grams import GramSet
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 
 REASONING_ONLY = "reasoning-only"
 RESTATED = "restated"
@@ -88,7 +88,7 @@ class StallRule:
         call is then judged for restatement against nothing, as a first one would be."""
         self._previous = None
 
-    def judge(self, call: CallSummary, language: Language = "en") -> StallVerdict:
+    def judge(self, call: CallSummary, language: LanguageSource = "en") -> StallVerdict:
         """Judge a finished call; the verdict carries a reaction when the rule fires."""
         cfg = self._config
         if call.reasoning_chars < cfg.min_reasoning_chars:

@@ -23,7 +23,7 @@ from typing import Any
 from loopbreak._config import ToolFailureConfig
 from loopbreak._engine import tool_steps
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
-from loopbreak._engine.notices import Language, render
+from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
 from loopbreak._engine.tool_steps import digest as _digest
@@ -226,11 +226,11 @@ class ToolFailureBreaker:
         """How often this exact call failed in this turn."""
         return self._key_failures.get(self.key(name, arguments), 0)
 
-    def before(self, name: str, arguments: Any, language: Language = "en") -> ToolDecision:
+    def before(self, name: str, arguments: Any, language: LanguageSource = "en") -> ToolDecision:
         """Allow or deny a call before it is dispatched."""
         return self.before_key(name, self.key(name, arguments), language)
 
-    def before_key(self, name: str, key: str, language: Language = "en") -> ToolDecision:
+    def before_key(self, name: str, key: str, language: LanguageSource = "en") -> ToolDecision:
         """:meth:`before` for a call whose :meth:`key` is known."""
         cfg = self._config
         if not cfg.enabled:
@@ -242,13 +242,13 @@ class ToolFailureBreaker:
         return ToolDecision(True, None, failures)
 
     def after(self, name: str, arguments: Any, *, failed: bool, error_code: str | None = None,
-              error_text: str = "", language: Language = "en") -> ToolGuidance | None:
+              error_text: str = "", language: LanguageSource = "en") -> ToolGuidance | None:
         """Record a result; a failure repeated often enough gets guidance."""
         return self.after_key(name, self.key(name, arguments), failed=failed,
                               error_code=error_code, error_text=error_text, language=language)
 
     def after_key(self, name: str, key: str, *, failed: bool, error_code: str | None = None,
-                  error_text: str = "", language: Language = "en") -> ToolGuidance | None:
+                  error_text: str = "", language: LanguageSource = "en") -> ToolGuidance | None:
         """:meth:`after` for a call whose :meth:`key` is known."""
         cfg = self._config
         if not cfg.enabled:

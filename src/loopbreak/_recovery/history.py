@@ -29,7 +29,7 @@ from typing import Any, Literal
 from loopbreak._config import Config, ProxyConfig
 from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.grams import GramSet
-from loopbreak._engine.notices import TEXTS
+from loopbreak._engine.notices import TEXTS, Language
 from loopbreak._engine.session_guard import SessionGuard
 from loopbreak._engine.stall import Reaction
 from loopbreak._engine.tool_failure import ToolGuidance, looks_like_failure
@@ -118,7 +118,7 @@ class HistoryView:
     reaction: Reaction | None = None
     cuts_this_turn: int = 0
     guidance: dict[tuple[int, int | None], ToolGuidance] = field(default_factory=dict)
-    language_sample: str = ""
+    language: Language = "en"  # the one notices are written in now
 
     def may_deny(self, name: str) -> bool:
         """Whether some call of tool ``name`` failed often enough in this turn to be denied:
