@@ -6,6 +6,8 @@ tests/corpus/test_agent_corpus.py."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loopbreak import Config, SessionGuard
 from loopbreak._engine.call_guard import CallSummary
@@ -315,3 +317,29 @@ def test_failures_hosts_do_not_flag_are_read(text: str) -> None:
 @pytest.mark.parametrize("text", SUCCESSES)
 def test_results_that_are_not_failures_are_left(text: str) -> None:
     assert not looks_like_failure(text)
+
+
+_BLANKS = st.text(st.sampled_from(" \t\n\r\x0b\x0c\xa0\u2003\u3000"), max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_BLANKS, st.sampled_from(FAILURES + SUCCESSES + ["error", "E", "no", "{", ""]),
+       st.sampled_from(["", "Result of x:\n", "Output: \t\n"]), _BLANKS,
+       st.text(st.sampled_from("ab :{\"\n\t"), max_size=8))
+def test_a_failures_start_is_read_past_any_leading_whitespace(
+        blank: str, text: str, header: str, after_header: str, tail: str) -> None:
+    # The start is matched where the leading whitespace ends (no form starts with a
+    # blank), not with a leading \s* that tries every form again for each blank: the same
+    # reading as the pattern with \s* in front, whatever the whitespace.
+    import re
+
+    from loopbreak._engine import tool_failure
+
+    reference = re.compile(r"\s*" + tool_failure._FAILURE_START.pattern, re.IGNORECASE)
+    for head in (blank + text + tail, header + after_header + text + tail):
+        expected = bool(reference.match(head))
+        found = tool_failure._HEADER_LINE.match(head)
+        expected = expected or (found is not None and bool(reference.match(head, found.end())))
+        starts = tool_failure._starts_like_failure(head, 0) or (
+            found is not None and tool_failure._starts_like_failure(head, found.end()))
+        assert starts == expected, head

@@ -15,11 +15,12 @@ on) is not new.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from loopbreak._config import MonologueConfig
 from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.stall import Reaction
+from loopbreak._engine.state_copy import copy_fields
 
 RULE = "monologue"
 
@@ -51,6 +52,9 @@ class MonologueRule:
         self._previous: frozenset[str] | None = None
         self._run = 0
         self._last_user: str | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MonologueRule:
+        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     @property
     def run(self) -> int:

@@ -17,9 +17,11 @@ after a user message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopbreak._config import RepeatedErrorConfig
 from loopbreak._engine.notices import LanguageSource, render
+from loopbreak._engine.state_copy import copy_fields
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "repeated-error"
@@ -31,6 +33,9 @@ class _Error:
     keys: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Error:
+        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
+
 
 class RepeatedErrorRule:
     """Failures of one turn, by error."""
@@ -41,6 +46,9 @@ class RepeatedErrorRule:
         self._by_tool: dict[str, set[str]] = {}  # the errors each tool gave
         self._grave: set[str] = set()  # errors past deny_after, from two calls or more
         self._streak = ("", 0)  # the error of the latest results in a row, and how many
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RepeatedErrorRule:
+        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     def start_turn(self) -> None:
         self._errors.clear()

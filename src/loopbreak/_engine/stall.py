@@ -14,12 +14,13 @@ strong loop can be steered again, at most ``max_fires`` times per session.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from loopbreak._config import StallConfig
 from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.grams import GramSet
 from loopbreak._engine.notices import LanguageSource, render
+from loopbreak._engine.state_copy import copy_fields
 
 REASONING_ONLY = "reasoning-only"
 RESTATED = "restated"
@@ -74,6 +75,9 @@ class StallRule:
         self._previous: GramSet | None = None
         self._run = 0
         self._fires = 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StallRule:
+        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     @property
     def fires(self) -> int:
