@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopbreak._engine import tool_failure, tool_steps
-from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
+from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run, split_digit_runs
 
 # Digits, hex letters, whitespace of several kinds, the mask's own characters, a non-ASCII
 # digit, a lone surrogate: what the fast paths could get wrong.
@@ -24,6 +24,24 @@ _TEXTS = st.text(_ALPHABET, max_size=80) | st.text(max_size=40)
 def test_digit_runs_are_masked_as_the_expression_masks_them(text: str) -> None:
     for mark in ("#", "<n>"):
         assert mask_digit_runs(text, mark) == re.sub(r"\d+", mark, text)
+
+
+# Prose with a few numbers (the split's loop over its digits) and dense digits (the
+# expression): each way must split as the expression does.
+_SPARSE = st.lists(st.text(st.sampled_from("ab .\n\t") , min_size=1, max_size=30) |
+                   st.text(st.sampled_from("0123456789"), min_size=1, max_size=4),
+                   max_size=12).map("".join)
+
+
+@settings(max_examples=800)
+@given(_TEXTS | _SPARSE)
+@example("a12b")
+@example("12")
+@example("x" * 40 + "7")
+@example("7" + "x" * 40 + "00")
+@example("a٣b 12")
+def test_digit_runs_are_split_as_the_expression_splits_them(text: str) -> None:
+    assert split_digit_runs(text) == re.split(r"(\d+)", text)
 
 
 @settings(max_examples=600)

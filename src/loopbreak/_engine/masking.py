@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 _DIGIT_RUN = re.compile(r"\d+")
+_DIGIT_RUN_SPLIT = re.compile(r"(\d+)")
 # Every ASCII digit as "0": a digit run is then a run of "0" the replace loop shortens. A
 # byte table: str.translate looks every character up in a dict, eight times the cost.
 _ASCII_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -33,6 +34,37 @@ def mask_digit_runs(text: str, mark: str) -> str:
     while "00" in zeros:
         zeros = zeros.replace("00", "0")
     return zeros.replace("0", mark)
+
+
+def split_digit_runs(text: str) -> list[str]:
+    """``re.split(r"(\\d+)", text)``: the text between digit runs and the runs, in turn
+    (text first and last, maybe empty)."""
+    if not text.isascii():
+        return _DIGIT_RUN_SPLIT.split(text)
+    pieces = ascii_digits_as_zero(text).split("0")  # the text between any two digits
+    count = len(pieces)
+    if count == 1:
+        return [text]
+    if count * 8 > len(text):
+        # Dense digits (numeric tables, counting): a step a digit below costs more than
+        # the expression's scan.
+        return _DIGIT_RUN_SPLIT.split(text)
+    parts = [pieces[0]]
+    at = len(pieces[0])
+    i = 1
+    while i < count:
+        # A run: this digit and one more for each empty piece after it (two digits in a
+        # row), then the text after it (the last piece: empty when a run ends the text).
+        digits = 1
+        while i < count - 1 and not pieces[i]:
+            digits += 1
+            i += 1
+        after = pieces[i]
+        parts.append(text[at : at + digits])
+        parts.append(after)
+        at += digits + len(after)
+        i += 1
+    return parts
 
 
 def ascii_digits_as_zero(text: str) -> str:

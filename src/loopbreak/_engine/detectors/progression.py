@@ -21,15 +21,12 @@ it complete; the trip lands there however the stream is split.
 
 from __future__ import annotations
 
-import re
-
 from loopbreak._config import ProgressionConfig
+from loopbreak._engine.masking import split_digit_runs
 from loopbreak._engine.trip import Channel, Trip
 
 PROGRESSION = "progression"
 
-_NUMBER_SPLIT = re.compile(r"(\d+)")
-_DIGIT = re.compile(r"\d")
 # Digits beyond this make a number no counter (and keep the arithmetic cheap).
 _MAX_DIGITS = 18
 
@@ -70,12 +67,12 @@ class ProgressionDetector:
         if not self._min_terms or not delta:
             return None
         digits = self._digits
-        if not digits and len(self._sep) > self._max_sep and not _DIGIT.search(delta):
-            self._settle_quiet()
-            return None  # prose far from any number: nothing to read
         # The split alternates text between numbers (maybe empty) and numbers; the number
         # being read goes in front, so it is read whole.
-        parts = _NUMBER_SPLIT.split(digits + delta if digits else delta)
+        parts = split_digit_runs(digits + delta if digits else delta)
+        if len(parts) == 1 and not digits and len(self._sep) > self._max_sep:
+            self._settle_quiet()
+            return None  # prose far from any number: nothing to read
         if max(self._terms, 1) + len(parts) // 2 < self._min_terms and \
                 self._take_without_trip(parts):
             self._settle_quiet()
