@@ -41,14 +41,16 @@ def split_digit_runs(text: str) -> list[str]:
     (text first and last, maybe empty)."""
     if not text.isascii():
         return _DIGIT_RUN_SPLIT.split(text)
-    pieces = ascii_digits_as_zero(text).split("0")  # the text between any two digits
-    count = len(pieces)
-    if count == 1:
+    zeros = ascii_digits_as_zero(text)
+    digits = zeros.count("0")
+    if not digits:
         return [text]
-    if count * 8 > len(text):
+    if digits * 8 > len(text):
         # Dense digits (numeric tables, counting): a step a digit below costs more than
         # the expression's scan.
         return _DIGIT_RUN_SPLIT.split(text)
+    pieces = zeros.split("0")  # the text between any two digits
+    count = digits + 1
     parts = [pieces[0]]
     at = len(pieces[0])
     i = 1
