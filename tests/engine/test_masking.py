@@ -28,7 +28,7 @@ def test_digit_runs_are_masked_as_the_expression_masks_them(text: str) -> None:
 
 # Prose with a few numbers (the split's loop over its digits) and dense digits (the
 # expression): each way must split as the expression does.
-_SPARSE = st.lists(st.text(st.sampled_from("ab .\n\t") , min_size=1, max_size=30) |
+_SPARSE = st.lists(st.text(st.sampled_from("ab .\n\t"), min_size=1, max_size=30) |
                    st.text(st.sampled_from("0123456789"), min_size=1, max_size=4),
                    max_size=12).map("".join)
 

@@ -193,7 +193,7 @@ def test_a_language_no_rule_asks_for_is_not_counted(monkeypatch: pytest.MonkeyPa
     body = history_body(60, chinese=True)
     view = replay(json.loads(json.dumps(body)), "openai", Config())
     assert not view.guidance and view.reaction is None
-    shown = "".join(text for text in counted)
+    shown = "".join(counted)
     assert 0 < len(shown) <= 4000
     assert view.language == "zh" == detect_language(shown)
 
