@@ -15,8 +15,10 @@ from agents import (
     FunctionTool,
     OpenAIChatCompletionsModel,
     RunConfig,
+    RunContextWrapper,
     Runner,
     WebSearchTool,
+    default_tool_error_function,
     function_tool,
 )
 from openai import AsyncOpenAI
@@ -27,7 +29,10 @@ from loopbreak.testing import Script, ScriptedUpstream, ToolCall
 from support import point_openai_at, run_doc_example
 
 DOC = Path(__file__).parents[2] / "docs" / "integrations" / "openai_agents.md"
-SDK_ERROR = "An error occurred while running the tool. Please try again."
+# What the SDK itself tells the model when a tool raises (its wording changed between
+# releases: "... Please try again." until 0.24, without it from 0.25).
+SDK_ERROR = default_tool_error_function(RunContextWrapper(context=None),
+                                        FileNotFoundError("no such file")).rstrip()
 MISSING = "/srv/app/settings.toml"
 ANSWER = "The settings file does not exist, so nothing sets the timeout."
 NO_TRACING = RunConfig(tracing_disabled=True)
