@@ -13,26 +13,22 @@ over and the session guard gives each call one more try after a user message.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from loopbreak._config import AlternationConfig
 from loopbreak._engine.notices import LanguageSource, render
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "alternation"
 
 
-class AlternationRule:
+class AlternationRule(CopiedByFields):
     """The last steps of one turn and the cycle they close, if any."""
 
     def __init__(self, config: AlternationConfig | None = None) -> None:
         self._config = config or AlternationConfig()
         self._steps: deque[ToolStep] = deque(maxlen=self._config.max_period * self._config.cycles)
         self._cycle: tuple[ToolStep, ...] | None = None
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> AlternationRule:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     def start_turn(self) -> None:
         self._steps.clear()

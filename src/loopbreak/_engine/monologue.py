@@ -15,12 +15,12 @@ on) is not new.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from loopbreak._config import MonologueConfig
 from loopbreak._engine.notices import LanguageSource, render
 from loopbreak._engine.stall import Reaction
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 
 RULE = "monologue"
 
@@ -44,7 +44,7 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-class MonologueRule:
+class MonologueRule(CopiedByFields):
     """The run of near-identical answers without a tool call in one session."""
 
     def __init__(self, config: MonologueConfig | None = None) -> None:
@@ -52,9 +52,6 @@ class MonologueRule:
         self._previous: frozenset[str] | None = None
         self._run = 0
         self._last_user: str | None = None
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> MonologueRule:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     @property
     def run(self) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 from loopbreak._config import NoProgressConfig
 from loopbreak._engine.notices import LanguageSource, render
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "no-progress"
@@ -69,16 +69,13 @@ class _Run:
         return _Run(self.result, self.count, self.waiting)
 
 
-class NoProgressRule:
+class NoProgressRule(CopiedByFields):
     """Each call's run of identical results."""
 
     def __init__(self, config: NoProgressConfig | None = None) -> None:
         self._config = config or NoProgressConfig()
         self._runs: dict[str, _Run] = {}
         self._seen: set[str] = set()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> NoProgressRule:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     def start_turn(self) -> None:
         self._runs.clear()

@@ -17,27 +17,23 @@ after a user message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from loopbreak._config import RepeatedErrorConfig
 from loopbreak._engine.notices import LanguageSource, render
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep
 
 RULE = "repeated-error"
 
 
 @dataclass
-class _Error:
+class _Error(CopiedByFields):
     failures: int = 0
     keys: set[str] = field(default_factory=set)
     tools: set[str] = field(default_factory=set)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Error:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
-
-class RepeatedErrorRule:
+class RepeatedErrorRule(CopiedByFields):
     """Failures of one turn, by error."""
 
     def __init__(self, config: RepeatedErrorConfig | None = None) -> None:
@@ -46,9 +42,6 @@ class RepeatedErrorRule:
         self._by_tool: dict[str, set[str]] = {}  # the errors each tool gave
         self._grave: set[str] = set()  # errors past deny_after, from two calls or more
         self._streak = ("", 0)  # the error of the latest results in a row, and how many
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RepeatedErrorRule:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     def start_turn(self) -> None:
         self._errors.clear()

@@ -31,7 +31,7 @@ from loopbreak._engine.notices import (
 )
 from loopbreak._engine.repeated_error import RepeatedErrorRule
 from loopbreak._engine.stall import Reaction, StallRule, StallVerdict
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.tool_failure import ToolFailureBreaker, normalise_error
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance, ToolStep, result_fingerprint
 from loopbreak._engine.trip import Trip
@@ -68,7 +68,7 @@ class CallOutcome:
         return self.monologue
 
 
-class SessionGuard:
+class SessionGuard(CopiedByFields):
     """Cross-call state of one agent session.
 
     >>> session = SessionGuard()
@@ -113,9 +113,6 @@ class SessionGuard:
         self._step = 0
         self._retries = 0
         self._post_trip_hint = False
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> SessionGuard:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     @property
     def config(self) -> Config:

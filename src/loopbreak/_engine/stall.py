@@ -14,13 +14,13 @@ strong loop can be steered again, at most ``max_fires`` times per session.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from loopbreak._config import StallConfig
 from loopbreak._engine.call_guard import CallSummary
 from loopbreak._engine.grams import GramSet
 from loopbreak._engine.notices import LanguageSource, render
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 
 REASONING_ONLY = "reasoning-only"
 RESTATED = "restated"
@@ -67,7 +67,7 @@ _JUDGED = StallVerdict(judged=True)
 one shared verdict)."""
 
 
-class StallRule:
+class StallRule(CopiedByFields):
     """The run of stalled calls and the fires of one session."""
 
     def __init__(self, config: StallConfig | None = None) -> None:
@@ -75,9 +75,6 @@ class StallRule:
         self._previous: GramSet | None = None
         self._run = 0
         self._fires = 0
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> StallRule:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     @property
     def fires(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -21,8 +22,8 @@ T = TypeVar("T")
 _ATOMIC = frozenset({str, int, bool, float, bytes, type(None)})
 
 
-def _is_atomic_tuple(value: tuple[Any, ...]) -> bool:
-    return all(type(item) in _ATOMIC for item in value)
+def _all_atomic(values: Iterable[Any]) -> bool:
+    return all(type(item) in _ATOMIC for item in values)
 
 
 def copy_value(value: T, memo: dict[int, Any]) -> T:
@@ -35,17 +36,17 @@ def copy_value(value: T, memo: dict[int, Any]) -> T:
         return found  # type: ignore[no-any-return]
     copied: Any
     if kind is set:
-        if not all(type(item) in _ATOMIC for item in value):  # type: ignore[attr-defined]
+        if not _all_atomic(value):  # type: ignore[arg-type]
             return copy.deepcopy(value, memo)
         copied = set(value)  # type: ignore[call-overload]
     elif kind is dict:
         copied = {}
         for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) not in _ATOMIC and not (type(key) is tuple and _is_atomic_tuple(key)):
+            if type(key) not in _ATOMIC and not (type(key) is tuple and _all_atomic(key)):
                 key = copy.deepcopy(key, memo)
             copied[key] = copy_value(item, memo)
     elif kind is tuple:
-        if _is_atomic_tuple(value):  # type: ignore[arg-type]
+        if _all_atomic(value):  # type: ignore[arg-type]
             return value
         return copy.deepcopy(value, memo)
     elif kind is list:
@@ -72,3 +73,13 @@ def copy_fields(value: T, memo: dict[int, Any]) -> T:
     for name, item in value.__dict__.items():
         fields[name] = copy_value(item, memo)
     return copied
+
+
+class CopiedByFields:
+    """A ``__deepcopy__`` by :func:`copy_fields`, for the rules' classes (their state is
+    their ``__dict__``)."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self: T, memo: dict[int, Any]) -> T:
+        return copy_fields(self, memo)

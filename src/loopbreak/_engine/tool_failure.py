@@ -24,7 +24,7 @@ from loopbreak._config import ToolFailureConfig
 from loopbreak._engine import tool_steps
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
 from loopbreak._engine.notices import LanguageSource, render
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 from loopbreak._engine.tool_steps import ToolDecision, ToolGuidance
 from loopbreak._engine.tool_steps import digest as _digest
@@ -206,16 +206,13 @@ def _normalise(text: str) -> str:
     return " ".join(mask_digit_runs(text, "<n>").split())
 
 
-class ToolFailureBreaker:
+class ToolFailureBreaker(CopiedByFields):
     """Per-turn failure counts by key and by signature."""
 
     def __init__(self, config: ToolFailureConfig | None = None) -> None:
         self._config = config or ToolFailureConfig()
         self._key_failures: dict[str, int] = {}
         self._signature_failures: dict[str, dict[tuple[str, str], int]] = {}
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ToolFailureBreaker:
-        return copy_fields(self, memo)  # a checkpoint's copy: state_copy
 
     def key(self, name: str, arguments: Any) -> str:
         """The key of a call: tool name and canonical arguments."""

@@ -14,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from loopbreak._engine import accelerator
 from loopbreak._engine.masking import mask_digit_runs, may_hold_hex_run
-from loopbreak._engine.state_copy import copy_fields
+from loopbreak._engine.state_copy import CopiedByFields
 from loopbreak._engine.text_cache import KEPT_CHARS, TextCache
 
 # A run of hex digits is an id when it holds a letter and a digit (checked on the match:
@@ -91,8 +91,10 @@ def clear_caches() -> None:
     _kept_shapes.clear()
 
 
+# Deep-copied (a checkpoint's copy), not shared though frozen: the shape is kept in the step
+# when first asked for, and a kept checkpoint must not take in what a later replay works out.
 @dataclass(frozen=True, init=False)
-class ToolStep:
+class ToolStep(CopiedByFields):
     """One finished tool call as the rules remember it."""
 
     name: str
@@ -113,11 +115,6 @@ class ToolStep:
         fields["failed"] = failed
         fields["error"] = error
         fields["text"] = text
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ToolStep:
-        # A copy, not the step itself: the shape is kept in the step when first asked for,
-        # and a kept checkpoint must not take in what a later replay works out.
-        return copy_fields(self, memo)
 
     @property
     def shape(self) -> str:
