@@ -239,10 +239,9 @@ _SHOWN = st.lists(st.tuples(
 @given(_SHOWN)
 def test_language_kept_as_the_sample_moves_is_the_whole_samples(
         pieces: list[tuple[str, bool]]) -> None:
-    # The guard counts the sample's letters only when its language is asked for (an ASCII
-    # piece's only once a CJK letter makes them matter), and takes off what leaves of a
-    # counted piece; asked or not after each piece, its language is what the last 4,000
-    # characters say, whatever was counted when.
+    # The guard counts the sample's letters only when its language is asked for, and keeps
+    # the answer until it is shown more; asked or not after each piece, its language is
+    # what the last 4,000 characters say, whatever was asked when.
     from loopbreak._engine.notices import detect_language
 
     session = SessionGuard()
@@ -257,8 +256,9 @@ def test_language_kept_as_the_sample_moves_is_the_whole_samples(
 
 def test_language_at_the_edge_counts_only_what_is_in_the_sample() -> None:
     # A sample exactly at the edge (CJK letters a fifth of the letters, or one letter off),
-    # its oldest pieces cut, counted before the cut or after it, and pieces leaving whole:
-    # a letter counted that is out of the sample, or one not taken off, flips the language.
+    # its oldest piece partly out of it, asked before the piece came that moved it or after,
+    # and pieces leaving whole: a letter counted that is out of the sample, one missed, or
+    # an answer kept after the sample moved, flips the language.
     from itertools import product
 
     from loopbreak._engine.notices import detect_language
@@ -283,8 +283,8 @@ def test_language_at_the_edge_counts_only_what_is_in_the_sample() -> None:
         assert expected == ("zh" if off <= 0 else "en")
         checked += 1
     assert checked == 3 * 3 * 4 * 2 * 8
-    # A counted piece cut by one piece and gone with the next: what it still held is what
-    # leaves with it.
+    # A piece partly out of the sample after one piece and gone with the next (asked after
+    # each piece, or only at the end).
     for first, cut, cjk, off, ask in product((300, 1999), (1, 100), (1, 200), (-1, 0, 1),
                                              (False, True)):
         pieces = ["早" * first, "." * (4000 - first + cut),
@@ -297,6 +297,24 @@ def test_language_at_the_edge_counts_only_what_is_in_the_sample() -> None:
                 assert session.language == detect_language(shown[-4000:])
         assert session.language == detect_language(shown[-4000:]) == (
             "zh" if off <= 0 else "en")
+
+
+def test_the_sample_keeps_its_oldest_piece_while_a_character_of_it_is_in() -> None:
+    # One CJK letter and non-letters after it: the letter is in the sample until 4,000
+    # characters follow it, and the guard keeps what it holds, no more, however long it runs.
+    import pickle
+
+    for after in (3998, 3999, 4000, 4001):
+        session = SessionGuard()
+        session.observe("你")
+        session.observe("." * after)
+        assert session.language == ("zh" if after < 4000 else "en"), after
+    session = SessionGuard()
+    sizes = []
+    for i in range(2000):
+        session.observe("你好。" * (1 + i % 700))
+        sizes.append(len(pickle.dumps(session)))
+    assert max(sizes[1000:]) <= max(sizes[:1000])
 
 
 @settings(max_examples=300, deadline=None)

@@ -85,21 +85,15 @@ class SessionGuard(CopiedByFields):
         setting = language or self._config.recovery.language
         self._fixed_language: Language | None = setting if setting in LANGUAGES else None
         # The last LANGUAGE_SAMPLE_CHARS characters the guard was shown (the sample ``auto``
-        # language reads), as the pieces they came in, newest last, each with the CJK
-        # letters and the letters of its part in the sample (the oldest piece's first
-        # ``_sample_cut`` characters are out of it), counted only when the language is
-        # asked for: the rules ask only to write a notice, which most calls never do (a
-        # replayed history of 800 calls in Chinese counted ~1.6 MB each request to write
-        # nothing). -1: not counted yet; an ASCII piece's CJK letters are known (none), its
-        # letters counted only once a CJK letter makes them matter. The sample's counts are
-        # kept as it moves, so an asked language counts only what came since.
-        self._sample_parts: deque[tuple[str, int, int]] = deque()
-        self._sample_chars = 0
-        self._sample_cut = 0
-        self._sample_cjk = 0  # of the pieces counted
-        self._sample_letters = 0  # of the pieces counted
-        self._sample_unread = 0  # pieces not ASCII not counted yet
-        self._sample_uncounted = 0  # pieces whose letters are not counted yet (those too)
+        # language reads) are the last of the pieces kept, newest last: the oldest leaves
+        # once the others hold the sample. Its letters are counted only when the language
+        # is asked for, and the answer is kept until the sample moves: the rules ask only
+        # to write a notice, which most calls never do, and a replayed history's view asks
+        # once (a history of 800 calls in Chinese counted ~1.6 MB each request when every
+        # piece was counted as it came, to write nothing).
+        self._sample_parts: deque[str] = deque()
+        self._sample_chars = 0  # of the pieces kept
+        self._sample_language: Language | None = None  # what the sample says, once asked
         self._stall = StallRule(self._config.stall)
         self._tools = ToolFailureBreaker(self._config.tool_failure)
         self._no_progress = NoProgressRule(self._config.no_progress)
@@ -138,36 +132,16 @@ class SessionGuard(CopiedByFields):
         """The language notices are written in now."""
         if self._fixed_language is not None:
             return self._fixed_language
-        if self._sample_unread:
-            self._count_pieces(ascii_too=False)
-        if not self._sample_cjk:
-            return "en"  # what any count of letters says of a sample without a CJK one
-        if self._sample_uncounted:
-            self._count_pieces(ascii_too=True)
-        return language_of_counts(self._sample_cjk, self._sample_letters)
+        if self._sample_language is None:
+            sample = "".join(self._sample_parts)[-LANGUAGE_SAMPLE_CHARS:]
+            # A sample without a CJK letter is English whatever its letters' count.
+            self._sample_language = "en" if sample.isascii() else language_of_counts(
+                *letter_counts(sample))
+        return self._sample_language
 
     def _language_now(self) -> Language:
         # What the rules are given: asked only when one of them writes a notice.
         return self.language
-
-    def _count_pieces(self, ascii_too: bool) -> None:
-        """Count the sample's pieces not counted yet: those not ASCII, and with
-        ``ascii_too`` the ASCII ones' letters."""
-        parts = self._sample_parts
-        for i in range(len(parts)):
-            text, cjk, letters = parts[i]
-            if letters >= 0 or (cjk == 0 and not ascii_too):
-                continue
-            piece = text[self._sample_cut:] if i == 0 else text
-            if cjk < 0:
-                cjk, letters = letter_counts(piece)
-                self._sample_cjk += cjk
-                self._sample_unread -= 1
-            else:
-                letters = letter_counts(piece)[1]
-            parts[i] = (text, cjk, letters)
-            self._sample_letters += letters
-            self._sample_uncounted -= 1
 
     def observe(self, text: str) -> None:
         """Show the guard some of the conversation, so ``auto`` language can follow it."""
@@ -176,40 +150,12 @@ class SessionGuard(CopiedByFields):
         if len(text) > LANGUAGE_SAMPLE_CHARS:
             text = text[-LANGUAGE_SAMPLE_CHARS:]
         parts = self._sample_parts
-        if text.isascii():
-            parts.append((text, 0, -1))
-        else:
-            parts.append((text, -1, -1))
-            self._sample_unread += 1
-        self._sample_uncounted += 1
+        parts.append(text)
         chars = self._sample_chars + len(text)
-        # What is now before the last LANGUAGE_SAMPLE_CHARS characters leaves, oldest first:
-        # each character is counted at most once coming in and once going out.
-        while chars > LANGUAGE_SAMPLE_CHARS:
-            old, old_cjk, old_letters = parts[0]
-            cut = self._sample_cut
-            leaving = chars - LANGUAGE_SAMPLE_CHARS
-            whole = len(old) - cut <= leaving  # all that is left of the oldest piece goes
-            if whole:
-                parts.popleft()
-                self._sample_cut = 0
-                chars -= len(old) - cut
-            else:
-                self._sample_cut = cut + leaving
-                chars = LANGUAGE_SAMPLE_CHARS
-            if old_letters < 0:  # never counted: nothing to take off
-                if whole:
-                    self._sample_uncounted -= 1
-                    self._sample_unread -= old_cjk < 0
-                continue
-            if whole:
-                gone_cjk, gone_letters = old_cjk, old_letters
-            else:
-                gone_cjk, gone_letters = letter_counts(old[cut:cut + leaving])
-                parts[0] = (old, old_cjk - gone_cjk, old_letters - gone_letters)
-            self._sample_cjk -= gone_cjk
-            self._sample_letters -= gone_letters
+        while chars - len(parts[0]) >= LANGUAGE_SAMPLE_CHARS:
+            chars -= len(parts.popleft())
         self._sample_chars = chars
+        self._sample_language = None
 
     # turns and calls
 
