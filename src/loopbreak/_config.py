@@ -588,8 +588,8 @@ class ProxyConfig(_Section):
                                         "where the last one's replay left off (0 = off: every "
                                         "request replayed from its first message, to the same "
                                         "decisions). 64 M holds about ten 800-call sessions; "
-                                        "a resumed 800-call replay takes 2-3 ms, one from the "
-                                        "start 9-11 (bench --adversarial).",
+                                        "a resumed 800-call replay takes 2-3.5 ms, one from the "
+                                        "start 8-11 (bench --adversarial).",
                                         low=1 << 16, high=1 << 34, off=0)
 
 
