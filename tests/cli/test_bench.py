@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
+import platform
 import re
 import sys
 from collections.abc import Callable
@@ -25,11 +27,14 @@ from loopbreak.bench.throughput import (
     BenchSettings,
     Factory,
     Feeder,
+    Machine,
     PerDelta,
     Subject,
     Targets,
     Throughput,
     bench_config,
+    cpu_model,
+    cpu_times,
     cut,
     load_degen_guard,
     load_dgxarley,
@@ -43,6 +48,7 @@ from loopbreak.bench.throughput import (
     plan_stream,
     ratios,
     stdlib_text,
+    steal_between,
     throughput_ratio,
     token_deltas,
 )
@@ -441,6 +447,51 @@ def test_a_broken_peer_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch,
     assert peer.subject is None
 
 
+# --- where it ran ------------------------------------------------------------------
+
+# /proc/stat's first line on a 2-core VM: user nice system idle iowait irq softirq steal
+# guest guest_nice, in clock ticks.
+STAT = "cpu  45458 0 5743 88509 811 0 795 2830 0 0\ncpu0 22729 0 2871 44254 405 0 397 1415 0 0\n"
+
+
+def test_cpu_times_reads_the_machine_line_and_its_steal(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text(STAT)
+    assert cpu_times(str(stat)) == (45458 + 5743 + 88509 + 811 + 795 + 2830, 2830)
+    later = STAT.replace("45458", "46458").replace(" 2830 0 0\ncpu0", " 3830 0 0\ncpu0")
+    stat.write_text(later)
+    assert cpu_times(str(tmp_path / "missing")) is None
+    assert steal_between(None, cpu_times(str(stat))) is None
+    before = (45458 + 5743 + 88509 + 811 + 795 + 2830, 2830)
+    assert steal_between(before, cpu_times(str(stat))) == 0.5  # 1000 of 2000 ticks
+    assert steal_between(before, before) is None  # no time passed: no share
+    for torn in ("", "cpu  1 2 3\n", "intr 1 2 3 4 5 6 7 8 9\n", "cpu  1 2 x 4 5 6 7 8\n",
+                 "cpu  1 2 3 4 5 6 7 8 9\udcff\n"):  # a byte that is not ASCII
+        stat.write_text(torn, errors="surrogateescape")
+        assert cpu_times(str(stat)) is None, torn
+
+
+def test_cpu_model_reads_cpuinfo_else_asks_platform(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC\n")
+    assert cpu_model(str(info)) == "AMD EPYC"
+    info.write_text("processor\t: 0\nmodel name\t:\n")  # empty: not a name
+    assert cpu_model(str(info)) == (platform.processor() or None)
+    assert cpu_model(str(tmp_path / "missing")) == (platform.processor() or None)
+
+
+def test_the_machine_line_says_processor_cores_load_and_steal() -> None:
+    machine = Machine("3.11.7", "CPython", "Linux-6.18", "x86_64", 2, (0.5, 0.4, 0.3),
+                      (1.25, 0.5, 0.3), "AMD EPYC [7B13]", 0.125)
+    assert machine.describe() == ("CPython 3.11.7 on Linux-6.18, AMD EPYC [7B13], 2 CPUs, "
+                                  "load 0.5 → 1.25, steal 12%")
+    assert Machine.from_json(json.loads(json.dumps(machine.as_json()))) == machine
+    bare = Machine("3.11.7", "CPython", "Darwin", "arm64", None)
+    assert bare.describe() == "CPython 3.11.7 on Darwin, None CPUs"
+    assert Machine.from_json(bare.as_json()) == bare
+
+
 # --- the command -------------------------------------------------------------------
 
 TOP_KEYS = {"loopbreak_version", "quick", "machine", "settings", "inputs", "loopbreak",
@@ -468,7 +519,10 @@ def test_bench_quick_json_end_to_end(capsys: pytest.CaptureFixture[str]) -> None
     data = _bench_json(capsys)
     assert set(data) == TOP_KEYS
     assert data["quick"] is True
-    assert {"python", "platform", "cpu_count"} <= set(data["machine"])
+    assert {"python", "platform", "cpu_count", "cpu_model", "steal"} <= set(data["machine"])
+    assert Machine.from_json(data["machine"]).as_json() == {
+        **data["machine"], "load_before": tuple(data["machine"]["load_before"] or ()) or None,
+        "load_after": tuple(data["machine"]["load_after"] or ()) or None}
     assert data["inputs"]["clean"]["chars"] == QUICK.clean_chars
     assert data["inputs"]["looping"]["chars"] > 0
     assert data["inputs"]["stream"]["chars"] == QUICK.stream_chars
@@ -589,6 +643,7 @@ def test_token_deltas_are_about_a_token_long_on_clean_text() -> None:
 def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--adversarial", "--quick", "--no-peers", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert {"python", "platform", "cpu_count", "cpu_model", "steal"} <= set(report["machine"])
     names = [i["name"] for i in report["inputs"]]
     assert names == ["1-char flood", "counting run", "number per line", "numbered lines",
                      "numeric CSV", "no newline", "CJK", "emoji", "unique lines",
@@ -625,6 +680,7 @@ def test_adversarial_suite_runs_every_input_and_part(capsys: pytest.CaptureFixtu
     assert main(["bench", "--adversarial", "--quick", "--no-peers"]) == 0
     out = capsys.readouterr().out
     assert "Adversarial inputs" in out and "history replay" in out and "Targets" in out
+    assert f"{os.cpu_count()} CPUs" in out.splitlines()[0]
     assert "✓" not in out and "✗" not in out and "– no verdict (--quick" in out
 
 

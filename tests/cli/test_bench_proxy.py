@@ -43,7 +43,7 @@ from loopbreak.bench.proxy import (
     stream_script,
     summarise,
 )
-from loopbreak.bench.throughput import machine_info
+from loopbreak.bench.throughput import MachineWatch
 from loopbreak.cli import main
 from loopbreak.cli.bench import PROXY_HELP_DEFAULTS, render_proxy
 from loopbreak.testing import ScriptedUpstream
@@ -237,7 +237,8 @@ def made_up_report() -> ProxyBenchReport:
                         memory=Memory(40 << 20, 41 << 20, 41 << 20, 4))
     relay = summarise("relay", middling, 3, held_peak=4, wall_seconds=1.0, cpu=cpu,
                       steady=(0, 20))
-    return ProxyBenchReport(settings, True, machine_info(), "asyncio", direct, proxied, relay)
+    return ProxyBenchReport(settings, True, MachineWatch().machine(), "asyncio", direct, proxied,
+                            relay)
 
 
 def test_report_dict_and_tables_of_a_made_up_report(

@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 from loopbreak._engine.trip import CHANNELS
 from loopbreak.bench.throughput import (
     Clock,
+    Machine,
+    MachineWatch,
     OnProgress,
     Peer,
     Subject,
@@ -234,6 +236,7 @@ class PartResult:
 @dataclass(frozen=True)
 class AdversarialReport:
     settings: AdversarialSettings
+    machine: Machine
     inputs: tuple[EngineInput, ...]
     engine: tuple[EngineResult, ...]
     parts: tuple[PartResult, ...]
@@ -546,6 +549,7 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
                     on_progress: OnProgress | None = None) -> AdversarialReport:
     """Every engine input through loopbreak (both channels) and each installed peer, then
     the parts around the engine."""
+    watch = MachineWatch()
     inputs = engine_inputs(settings.scale)
     subjects: list[Subject] = [loopbreak_subject(channel) for channel in CHANNELS]
     subjects += [p.subject for p in peers if p.subject is not None]
@@ -578,13 +582,17 @@ def run_adversarial(settings: AdversarialSettings, peers: Sequence[Peer] = (), *
         done += 1
     if on_progress is not None:
         on_progress("done", 1.0)
-    return AdversarialReport(settings, tuple(inputs), tuple(results), tuple(parts))
+    return AdversarialReport(settings, watch.machine(), tuple(inputs), tuple(results), tuple(parts))
 
 
 def adversarial_dict(report: AdversarialReport) -> dict[str, Any]:
     """The report as one JSON-ready object (``loopbreak bench --adversarial --json``)."""
+    from loopbreak import __version__
+
     slowest = report.slowest_loopbreak()
     return {
+        "loopbreak_version": __version__,
+        "machine": report.machine.as_json(),
         "settings": {"scale": report.settings.scale, "passes": report.settings.passes,
                      "repeats": report.settings.repeats},
         "inputs": [{"name": i.name, "shape": i.shape, "chars": i.chars, "deltas": len(i.deltas)}

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from loopbreak._errors import InputError
-from loopbreak.bench.throughput import Clock, Machine, OnProgress, load_average, machine_info
+from loopbreak.bench.throughput import Clock, Machine, MachineWatch, OnProgress
 
 if TYPE_CHECKING:
     from loopbreak.proxy.app import ProxyApp, Receive, Scope, Send
@@ -956,7 +956,7 @@ def run_proxy_bench(settings: ProxyBenchSettings, *, quick: bool = False,
     """Start the upstream, the proxy and the bare relay in processes of their own,
     then run the load straight at the upstream, through the relay and through the
     proxy."""
-    load_before = load_average()
+    watch = MachineWatch()
 
     def report(what: str, done: float) -> None:
         if on_progress is not None:
@@ -992,7 +992,7 @@ def run_proxy_bench(settings: ProxyBenchSettings, *, quick: bool = False,
                                 on_progress=progress(f"{n} through the proxy", phases - 1))
             _check_alive(upstream, proxy)
     report("done", 1.0)
-    return ProxyBenchReport(settings, quick, machine_info(load_before), event_loop_name(),
+    return ProxyBenchReport(settings, quick, watch.machine(), event_loop_name(),
                             direct, proxied, relay)
 
 
@@ -1073,10 +1073,7 @@ def proxy_report_dict(report: ProxyBenchReport) -> dict[str, Any]:
     return {
         "loopbreak_version": __version__,
         "quick": report.quick,
-        "machine": {"python": m.python, "implementation": m.implementation,
-                    "platform": m.platform, "machine": m.machine, "cpu_count": m.cpu_count,
-                    "load_before": m.load_before, "load_after": m.load_after,
-                    "event_loop": report.event_loop},
+        "machine": {**m.as_json(), "event_loop": report.event_loop},
         "settings": {
             "streams": s.streams, "chunks_per_stream": s.chunks,
             "chunks_per_s_per_stream": s.chunks_per_s,

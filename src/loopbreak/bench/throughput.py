@@ -854,7 +854,9 @@ def measure_subjects(subjects: Sequence[Subject], clean: Sequence[str],
 
 @dataclass(frozen=True)
 class Machine:
-    """Where the numbers were taken; the load averages say how busy the machine was."""
+    """Where the numbers were taken: the processor (the same bench reads 2-3x apart on two
+    2-core machines that both say x86_64), how busy the machine was (load averages), and
+    how much of its time the hypervisor gave to other machines meanwhile (``steal``)."""
 
     python: str
     implementation: str
@@ -863,6 +865,36 @@ class Machine:
     cpu_count: int | None
     load_before: tuple[float, ...] | None = None
     load_after: tuple[float, ...] | None = None
+    cpu_model: str | None = None
+    steal: float | None = None
+    """The share of the CPU time that passed during the run taken by the hypervisor
+    (Linux's ``steal``): ``None`` where the system does not say."""
+
+    def describe(self) -> str:
+        """One line for people: interpreter, platform, processor, cores, load, steal."""
+        return (f"{self.implementation} {self.python} on {self.platform}"
+                + (f", {self.cpu_model}" if self.cpu_model else "")
+                + f", {self.cpu_count} CPUs"
+                + (f", load {self.load_before[0]:g} → {self.load_after[0]:g}"
+                   if self.load_before and self.load_after else "")
+                + (f", steal {self.steal:.0%}" if self.steal is not None else ""))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"python": self.python, "implementation": self.implementation,
+                "platform": self.platform, "machine": self.machine,
+                "cpu_model": self.cpu_model, "cpu_count": self.cpu_count,
+                "load_before": self.load_before, "load_after": self.load_after,
+                "steal": self.steal}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Machine:
+        """Read back what :meth:`as_json` wrote (its other keys ignored)."""
+        def loads(key: str) -> tuple[float, ...] | None:
+            value = data.get(key)
+            return None if value is None else tuple(value)
+        return cls(data["python"], data["implementation"], data["platform"], data["machine"],
+                   data["cpu_count"], loads("load_before"), loads("load_after"),
+                   data.get("cpu_model"), data.get("steal"))
 
 
 def load_average() -> tuple[float, ...] | None:
@@ -873,10 +905,56 @@ def load_average() -> tuple[float, ...] | None:
         return None
 
 
-def machine_info(load_before: tuple[float, ...] | None = None) -> Machine:
-    return Machine(platform.python_version(), platform.python_implementation(),
-                   platform.platform(), platform.machine(), os.cpu_count(),
-                   load_before, load_average())
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The processor's name: Linux's ``/proc/cpuinfo``, else what ``platform`` says."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def cpu_times(stat_file: str = "/proc/stat") -> tuple[int, int] | None:
+    """The machine's CPU time so far and the hypervisor's share of it (Linux's
+    ``/proc/stat``, in clock ticks); ``None`` where the system does not keep them."""
+    try:
+        with open(stat_file, encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(fields) < 9 or fields[0] != "cpu" or not all(f.isdigit() for f in fields[1:9]):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is counted in user)
+    ticks = [int(f) for f in fields[1:9]]
+    return sum(ticks), ticks[7]
+
+
+def steal_between(before: tuple[int, int] | None, after: tuple[int, int] | None,
+                  ) -> float | None:
+    """The hypervisor's share of the CPU time between two :func:`cpu_times` readings."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return round((after[1] - before[1]) / (after[0] - before[0]), 3)
+
+
+class MachineWatch:
+    """Taken at a run's start; :meth:`machine` says where it ran and how busy it was."""
+
+    __slots__ = ("_load", "_times")
+
+    def __init__(self) -> None:
+        self._load = load_average()
+        self._times = cpu_times()
+
+    def machine(self) -> Machine:
+        return Machine(platform.python_version(), platform.python_implementation(),
+                       platform.platform(), platform.machine(), os.cpu_count(),
+                       self._load, load_average(), cpu_model(),
+                       steal_between(self._times, cpu_times()))
 
 
 @dataclass(frozen=True)
@@ -913,7 +991,7 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
               clock: Clock = time.perf_counter_ns,
               on_progress: OnProgress | None = None) -> BenchReport:
     """Measure loopbreak (reasoning, then text) and every installed peer."""
-    load_before = load_average()
+    watch = MachineWatch()
     clean = clean if clean is not None else stdlib_text(settings.clean_needed)
     plan = plan_stream(clean.text, settings)
     clean_deltas = cut(clean.text[: settings.clean_chars], settings.delta_chars)
@@ -938,7 +1016,7 @@ def run_bench(settings: BenchSettings, *, quick: bool = False,
         result = by_name.get(peer.subject.name) if peer.subject is not None else None
         peer_results.append(PeerResult(peer, result,
                                        ratios(ours[0], result) if result else None))
-    return BenchReport(settings, quick, machine_info(load_before), CleanText(
+    return BenchReport(settings, quick, watch.machine(), CleanText(
         clean.text[: settings.clean_chars], clean.root, clean.files), tuple(loops),
         tuple(ours), tuple(peer_results))
 
@@ -1008,9 +1086,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
     return {
         "loopbreak_version": __version__,
         "quick": report.quick,
-        "machine": {"python": m.python, "implementation": m.implementation,
-                    "platform": m.platform, "machine": m.machine, "cpu_count": m.cpu_count,
-                    "load_before": m.load_before, "load_after": m.load_after},
+        "machine": m.as_json(),
         "settings": {
             "delta_chars": s.delta_chars, "deltas": s.deltas_label,
             "fixed_chars": s.fixed_chars, "clean_chars": s.clean_chars,

@@ -460,6 +460,11 @@ def render_adversarial(data: dict[str, Any], *, quick: bool = False) -> None:
     from loopbreak.cli import _output
 
     console = _output.console()
+    if _output.show_notes():
+        from loopbreak.bench.throughput import Machine
+
+        console.print(f"[bold]loopbreak bench --adversarial[/]{' (quick)' if quick else ''}: "
+                      + escape(Machine.from_json(data["machine"]).describe()), highlight=False)
     subjects = list(dict.fromkeys(r["subject"] for r in data["engine"]))
     table = Table(title="Adversarial inputs, million chars/s: median (slowest–fastest pass); "
                         "a stop restarts a fresh guard", title_justify="left")
@@ -548,9 +553,7 @@ def render(report: BenchReport) -> None:
     far = report.reference.per_delta.far_target
     if notes_shown:
         console.print(f"[bold]loopbreak bench[/]{' (quick)' if report.quick else ''}: "
-                      f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs"
-                      + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
-                         if m.load_before and m.load_after else ""), highlight=False)
+                      + escape(m.describe()), highlight=False)
         console.print(escape(
             f"Inputs: clean {len(report.clean.text):,} chars of standard-library source "
             f"({report.clean.files} files, {report.clean.root}); looping "
@@ -720,10 +723,7 @@ def render_proxy(report: ProxyBenchReport) -> None:
         + [("proxy", proxied)]
     if notes_shown:
         console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
-                      f"{m.implementation} {m.python} on {m.platform}, {m.cpu_count} CPUs, "
-                      f"{report.event_loop}"
-                      + (f", load {m.load_before[0]:g} → {m.load_after[0]:g}"
-                         if m.load_before and m.load_after else ""), highlight=False)
+                      + escape(f"{m.describe()}, {report.event_loop}"), highlight=False)
         console.print(
             f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
             f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
