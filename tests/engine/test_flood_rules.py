@@ -16,6 +16,7 @@ from loopbreak._config import (
     ControlTokensConfig,
     ProgressionConfig,
 )
+from loopbreak._engine.charclass import CONTROL_TOKEN
 from loopbreak._engine.detectors import (
     CharFloodDetector,
     CharRunDetector,
@@ -267,6 +268,57 @@ def test_a_control_token_split_across_deltas_counts_once() -> None:
     for size in (1, 2, 5, 13, 32):
         trip = first_trip(ControlTokensDetector(), text, size=size)
         assert trip is not None and expected is not None and trip.at == expected.at
+
+
+# Pieces of every kind of token, of near-tokens and of the code that writes "<" and "[".
+_TOKEN_BITS = ["<|", "im_end", "|>", "<", "[", "]", ">", "|", "/", "PAD]", "UNK]", "</s>", "<s",
+               "<pad>", "<unk", "<<SYS>>", "<</SYS>>", "[/", "INST]", "[I", " ", "\n", "x", "a[i]",
+               "a < b", "<p", "s>", "</", "<<", "<u", "nk>"]
+
+
+def _reference_control_trip(text: str, cfg: ControlTokensConfig) -> int | None:
+    """Where control-tokens must trip on ``text``: the whole text read with the token
+    pattern at once, the tokens counted over the window."""
+    ends: list[int] = []
+    for m in CONTROL_TOKEN.finditer(text):
+        ends = [e for e in ends if e > m.end() - cfg.window_chars] + [m.end()]
+        if len(ends) >= cfg.min_tokens:
+            return m.end()
+    return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_TOKEN_BITS), max_size=200), st.randoms(use_true_random=False))
+def test_control_tokens_trip_where_the_whole_text_read_at_once_says(
+        bits: list[str], rnd: random.Random) -> None:
+    # However the text is cut, the tokens counted are those of the whole text. (The text
+    # ends in a newline: a "<|" or "<unk" still open at the end of a stream holds back the
+    # bracket token written in it, which the next character decides.)
+    text = "".join(bits) + "\n"
+    cfg = ControlTokensConfig(min_tokens=3, window_chars=40)
+    expected = _reference_control_trip(text, cfg)
+    for pieces in (list(text), split_random(text, rnd), [text]):
+        detector = ControlTokensDetector(cfg)
+        trip = next((t for t in (detector.feed(p) for p in pieces) if t is not None), None)
+        assert (trip.at if trip is not None else None) == expected
+
+
+@pytest.mark.parametrize(("text", "at", "token"), [
+    ("</s><|[PAD]|>", 13, "<|[PAD]|>"),  # the "<|" closes: it holds "[PAD]"
+    ("</s><|[PAD] ", 11, "[PAD]"),  # it never closes: "[PAD]" counts
+    ("[UNK] <unk|[INST]>", 18, "<unk|[INST]>"),
+    ("[UNK] <unk [INST]>", 17, "[INST]"),
+    ("<<SYS>><</SYS>>", 15, "<</SYS>>"),  # every piece cut after its first "<"
+])
+def test_a_token_counts_once_the_text_after_it_says_what_it_is(
+        text: str, at: int, token: str) -> None:
+    cfg = ControlTokensConfig(min_tokens=2, window_chars=40)
+    for size in range(1, len(text) + 1):
+        detector = ControlTokensDetector(cfg)
+        pieces = [text[i : i + size] for i in range(0, len(text), size)]
+        trip = next((t for t in (detector.feed(p) for p in pieces) if t is not None), None)
+        assert trip is not None, size
+        assert (trip.at, trip.evidence["token"], trip.evidence["tokens"]) == (at, token, 2), size
 
 
 # --- progression ----------------------------------------------------------------------------

@@ -453,6 +453,7 @@ def test_bench_in_engine_reports_the_criteria_cost_beside_the_step(tokenizer: An
     report = run_engine_bench(EngineSettings(batches=(1, 3), new_tokens=6, runs=2),
                               model=(tokenizer, model))
     data = engine_dict(report)
+    assert data["machine"]["cpu_count"] == os.cpu_count() and "cpu_model" in data["machine"]
     assert [c["batch"] for c in data["costs"]] == [1, 3]
     for cost in data["costs"]:
         assert len(cost["steps"]) == 2 and all(s >= 5 for s in cost["steps"])

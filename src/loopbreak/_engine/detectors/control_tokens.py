@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections import deque
 
 from loopbreak._config import ControlTokensConfig
-from loopbreak._engine.charclass import CONTROL_TOKEN
+from loopbreak._engine.charclass import (
+    CONTROL_TOKEN,
+    CONTROL_TOKEN_HEAD,
+    CONTROL_TOKEN_OPEN,
+    CONTROL_TOKEN_START,
+)
 from loopbreak._engine.trip import Channel, Trip
 
 CONTROL_TOKENS = "control-tokens"
@@ -36,6 +41,7 @@ class ControlTokensDetector:
         self._window = cfg.window_chars
         self._consumed = 0
         self._carry = ""
+        self._counted_to = 0  # where the last token counted ends
         self._ends: deque[int] = deque()
 
     @property
@@ -45,6 +51,7 @@ class ControlTokensDetector:
     def reset(self) -> None:
         self._consumed = 0
         self._carry = ""
+        self._counted_to = 0
         self._ends.clear()
 
     def feed(self, delta: str) -> Trip | None:
@@ -57,13 +64,25 @@ class ControlTokensDetector:
         text = self._carry + delta
         base = self._consumed - len(self._carry)
         self._consumed += len(delta)
+        if CONTROL_TOKEN_START.search(text) is None:
+            # Code and maths write "<" and "[" often, a token's first two characters hardly
+            # ever: no token is here, and only the last character can begin one.
+            self._carry = text[-1] if text[-1] in "<[" else ""
+            return None
+        # A token written inside a "<|..." or "<unk..." the text's end leaves open waits:
+        # whether it counts (or the open one, holding it) is up to what comes.
+        last = text.rfind("<")
+        open_at = last if last >= 0 and CONTROL_TOKEN_OPEN.match(text, last) else len(text)
         ends = self._ends
         searched_to = 0
         for m in CONTROL_TOKEN.finditer(text):
+            if m.start() > open_at:
+                break
             searched_to = m.end()
-            if m.end() <= len(self._carry):
-                continue  # counted with the delta it ended in
-            end = base + m.end()
+            end = base + searched_to
+            if end <= self._counted_to:
+                continue  # counted when it was first read whole, in the carry
+            self._counted_to = end
             ends.append(end)
             while ends[0] <= end - self._window:
                 ends.popleft()
@@ -71,10 +90,9 @@ class ControlTokensDetector:
                 return Trip(CONTROL_TOKENS, self._channel, self._consumed, end,
                             {"tokens": len(ends), "window_chars": self._window,
                              "token": m.group()})
-        # A token may be cut by the delta's end: keep what could still become one.
-        tail_from = max(searched_to, len(text) - _MAX_TOKEN)
-        cut = text.rfind("<", tail_from)
-        bracket = text.rfind("[", tail_from)
-        cut = max(cut, bracket)
-        self._carry = text[cut:] if cut >= 0 else ""
+        # A token may be cut by the delta's end: keep it from its earliest possible start
+        # ("<<SYS>>" cut after its first "<" begins at that one, not at the last "<").
+        head = CONTROL_TOKEN_HEAD.search(
+            text, min(max(searched_to, len(text) - _MAX_TOKEN), open_at))
+        self._carry = text[head.start() :] if head is not None else ""
         return None
