@@ -26,10 +26,13 @@ import loopbreak
 from loopbreak.integrations.transformers import (
     HOLD_TOKENS,
     WINDOW_TOKENS,
+    ByteDecoder,
+    ByteLevelDecode,
     IncrementalDecoder,
     LoopStoppingCriteria,
     TokenJudge,
     _backend_decode,
+    byte_level_pieces,
     make_decode,
     marker_ids,
     start_channel,
@@ -153,6 +156,111 @@ def test_decode_reads_the_fast_tokenizers_own_decode(tokenizer: Any) -> None:
     marked = copy.copy(tokenizer)
     marked.__class__ = Marked
     assert make_decode(marked)(tokenizer.encode("ok")) == "marked:ok"
+
+
+# -- a byte-level vocabulary read by its bytes --------------------------------------------------
+
+# Valid text of every kind a token can split: code, CJK, emoji (four-byte characters split
+# over two tokens), accents, lines that loop.
+BYTE_TEXT = (MIXED + "def f(x):\n    return x[0] <= 2  # ✓ ok\n"
+             + "🌊🧪👩‍💻 한국어 العربية ℝ∑ 日本語のテキスト " * 6 + LOOP)
+
+
+def _pieces(decoder: Any, ids: list[int], sizes: list[int]) -> list[str]:
+    out, at = [], 0
+    for size in sizes:
+        out.append(decoder.push(ids[at : at + size]))
+        at += size
+    return [*out, decoder.flush()]
+
+
+def test_a_byte_level_vocabulary_is_read_by_its_bytes(tokenizer: Any) -> None:
+    # SmolLM2's vocabulary is byte-level BPE: a token's text is its bytes, whatever is
+    # around it. Id by id (as a generation step brings them), the byte decoder gives the
+    # window decoder's pieces (the pieces identical-chunks reads), after a context that
+    # ends mid-character or not; 1 to 3 ids a push, its pieces join to the decode of all.
+    decode = make_decode(tokenizer)
+    assert isinstance(decode, ByteLevelDecode)
+    window = _backend_decode(tokenizer)
+    assert window is not None
+    text_ids = tokenizer.encode(BYTE_TEXT)
+    emoji = tokenizer.encode(" 🌊")
+    assert len(emoji) >= 2  # the contexts below end inside a character
+    rng = random.Random(9)
+    for context, ids in (([], text_ids), (tokenizer.encode("Answer:"), text_ids),
+                         (emoji[:-1], text_ids),  # the character is never finished
+                         (emoji[:-1], emoji[-1:] + text_ids),  # the first id finishes it
+                         ([0, 1, 2], text_ids)):
+        one_by_one = [1] * len(ids)
+        byte_pieces = _pieces(ByteDecoder(decode.pieces, context), ids, one_by_one)
+        assert byte_pieces == _pieces(IncrementalDecoder(window, context), ids, one_by_one)
+        assert sum(1 for piece in byte_pieces if piece == "") > 0  # characters were held
+        # The decode of all past the context's own text (a context left mid-character
+        # ends in U+FFFD: the character the first id finishes is the new text's).
+        before, every = window(context), window(context + ids)
+        shared = next((i for i, (a, b) in enumerate(zip(before, every)) if a != b),
+                      min(len(before), len(every)))
+        whole = every[shared:]
+        assert "".join(byte_pieces) == whole
+        for _ in range(6):
+            sizes = []
+            while sum(sizes) < len(ids):
+                sizes.append(rng.choice([1, 1, 2, 3]))
+            pieces = _pieces(ByteDecoder(decode.pieces, context), ids, sizes)
+            assert "".join(pieces) == whole
+            assert "\ufffd" not in "".join(pieces)
+
+
+def test_byte_pieces_join_to_the_decode_of_any_ids(tokenizer: Any) -> None:
+    # Random ids, byte tokens among them (invalid UTF-8 too): the pieces join to the UTF-8
+    # decode of the ids' bytes, which is the tokenizer's decode (checked when the table
+    # was read, and here again).
+    decode = make_decode(tokenizer)
+    assert isinstance(decode, ByteLevelDecode)
+    rng = random.Random(3)
+    for _ in range(300):
+        ids = [rng.randrange(tokenizer.vocab_size) if rng.random() < 0.6 else rng.randrange(256)
+               for _ in range(rng.randrange(1, 40))]
+        joined = "".join(_pieces(ByteDecoder(decode.pieces), ids, [1] * len(ids)))
+        assert joined == decode(ids)
+    # An id past the vocabulary (an engine's padded one) reads as nothing, as decode has it.
+    assert ByteDecoder(decode.pieces).push([tokenizer.vocab_size + 7]) == ""
+
+
+def test_the_byte_table_is_trusted_only_where_the_decode_agrees(tokenizer: Any) -> None:
+    window = _backend_decode(tokenizer)
+    assert window is not None
+    assert byte_level_pieces(copy.copy(tokenizer), window) is not None
+    # A decode that strips a leading space (as a SentencePiece decoder does) disagrees.
+    stripped = copy.copy(tokenizer)
+    assert byte_level_pieces(stripped, lambda ids: window(ids).lstrip(" ")) is None
+    # A tokenizer whose decoder is not ByteLevel is not read by bytes.
+    from tokenizers import decoders
+
+    other = copy.copy(tokenizer)
+    other._tokenizer = copy.deepcopy(tokenizer._tokenizer)
+    other._tokenizer.decoder = decoders.Sequence([decoders.ByteLevel()])
+    assert byte_level_pieces(other, window) is None
+
+
+def test_a_judge_reading_bytes_trips_where_the_window_decoder_does(tokenizer: Any) -> None:
+    window = _backend_decode(tokenizer)
+    decode = make_decode(tokenizer)
+    assert window is not None and isinstance(decode, ByteLevelDecode)
+    markers = marker_ids(tokenizer)
+    for text in (LOOP, BYTE_TEXT, "Step 1 🌊 " * 300, "好的，" * 400,
+                 "<think>" + "Wait, let me check again. " * 60 + "</think>" + LOOP):
+        ids = tokenizer.encode(text)
+        judges = [TokenJudge(d, markers=markers, channel="text") for d in (window, decode)]
+        for judge in judges:
+            for token_id in ids:
+                if judge.feed([token_id]) is not None:
+                    break
+            judge.finish()
+        by_window, by_bytes = judges
+        assert isinstance(by_bytes._decoder, ByteDecoder)
+        assert (by_bytes.trip, by_bytes.trip_token) == (by_window.trip, by_window.trip_token)
+        assert by_bytes.guard.consumed("text") == by_window.guard.consumed("text")
 
 
 # -- the per-stream judge ---------------------------------------------------------------------

@@ -16,7 +16,11 @@ How a row is read, step by step:
 - **Decoding is incremental** (:class:`IncrementalDecoder`): only a short window of
   recent ids is decoded per step, never the whole sequence, and only the new text
   is fed to the engine. A character whose bytes span tokens decodes to U+FFFD
-  until its last token arrives; that tail is held back meanwhile.
+  until its last token arrives; that tail is held back meanwhile. A byte-level BPE
+  vocabulary (GPT-2's byte alphabet: SmolLM2, Llama 3, Qwen), whose decode is the
+  UTF-8 text of its ids' bytes joined, is read without a decode call
+  (:class:`ByteDecoder`: each id's bytes, looked up, through one incremental UTF-8
+  decoder), to the same text.
 - **Channels**: a row starts on ``channel`` ("text" by default; "reasoning" for a
   model whose prompt already opened its thinking; "auto" reads that from the
   prompt). Where the tokenizer has ``<think>`` and ``</think>`` as single tokens,
@@ -38,10 +42,14 @@ criteria object asks for the extra (``pip install '.[transformers]'`` from a che
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import importlib
+import random
 import sys
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loopbreak._config import Config
 from loopbreak._engine import accelerator
@@ -78,10 +86,12 @@ _MARKER_SCAN = 16  # prompt tokens searched for an open thinking block ("auto")
 
 def make_decode(tokenizer: Any) -> Callable[[list[int]], str]:
     """``tokenizer.decode`` without special tokens and without the clean-up of
-    spaces around punctuation (which would make a decode depend on what follows)."""
+    spaces around punctuation (which would make a decode depend on what follows).
+    A :class:`ByteLevelDecode` where the tokenizer's vocabulary is byte-level BPE."""
     backend = _backend_decode(tokenizer)
     if backend is not None:
-        return backend
+        pieces = byte_level_pieces(tokenizer, backend)
+        return backend if pieces is None else ByteLevelDecode(backend, pieces)
 
     def decode(ids: list[int]) -> str:
         return str(tokenizer.decode(ids, skip_special_tokens=True,
@@ -118,6 +128,153 @@ def _backend_decode(tokenizer: Any) -> Callable[[list[int]], str] | None:
         return str(backend_decode(ids, skip_special_tokens=True))
 
     return decode
+
+
+class ByteLevelDecode:
+    """A byte-level BPE tokenizer's decode, with the bytes each id stands for: the
+    judges read such a vocabulary with a :class:`ByteDecoder`."""
+
+    __slots__ = ("_decode", "pieces")
+
+    def __init__(self, decode: Callable[[list[int]], str], pieces: Sequence[bytes]) -> None:
+        self._decode = decode
+        self.pieces = pieces
+        """The bytes of each id (none for a special token, skipped as the decode skips it)."""
+
+    def __call__(self, ids: list[int]) -> str:
+        return self._decode(ids)
+
+
+# GPT-2's byte alphabet: a byte-level BPE token's characters, each one byte.
+_PRINTABLE_BYTES = (*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                    *range(ord("\xae"), ord("\xff") + 1))
+_BYTE_OF_CHAR = {chr(b): b for b in _PRINTABLE_BYTES} | {
+    chr(256 + n): b for n, b in enumerate(b for b in range(256) if b not in _PRINTABLE_BYTES)}
+_PIECES: weakref.WeakKeyDictionary[Any, tuple[bytes, ...] | None] = weakref.WeakKeyDictionary()
+_CHECKED_DECODES = 256  # random id runs decoded both ways before the table is trusted
+
+
+def byte_level_pieces(tokenizer: Any, decode: Callable[[list[int]], str],
+                      ) -> tuple[bytes, ...] | None:
+    """The bytes of each id of a fast tokenizer whose decoder is ``tokenizers``' ByteLevel
+    (kept per tokenizer), if its ``decode`` is their UTF-8 text: each special token and
+    every one of ``_CHECKED_DECODES`` random runs of ids (byte tokens among them) decoded
+    both ways must agree, else ``None`` (the window decoder then reads it)."""
+    try:
+        return _PIECES[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    pieces = _read_pieces(tokenizer, decode)
+    with contextlib.suppress(TypeError):  # no weak reference taken: read again next time
+        _PIECES[tokenizer] = pieces
+    return pieces
+
+
+def _read_pieces(tokenizer: Any, decode: Callable[[list[int]], str]) -> tuple[bytes, ...] | None:
+    backend = getattr(tokenizer, "_tokenizer", None)
+    try:  # a fast tokenizer's backend: the tokenizers library is installed
+        byte_level = importlib.import_module("tokenizers.decoders").ByteLevel
+    except (ImportError, AttributeError):
+        return None
+    if backend is None or type(getattr(backend, "decoder", None)) is not byte_level:
+        return None
+    try:
+        size = int(backend.get_vocab_size(with_added_tokens=True))
+        special = {i for i, added in backend.get_added_tokens_decoder().items()
+                   if getattr(added, "special", False)}
+        tokens = [None if i in special else backend.id_to_token(i) for i in range(size)]
+    except Exception:  # an API that is not the one read here: the window decoder
+        return None
+    table = []
+    for token in tokens:
+        if not token:
+            table.append(b"")
+        elif all(char in _BYTE_OF_CHAR for char in token):
+            table.append(bytes(_BYTE_OF_CHAR[char] for char in token))
+        else:  # an added token written as text: its own UTF-8
+            table.append(token.encode("utf-8", "surrogatepass"))
+    pieces = tuple(table)
+    # The table stands in for the decode only where the two agree: a decoder that strips
+    # a leading space, or joins some other way, is caught here.
+    rng = random.Random(size)
+    runs = [[i] for i in sorted(special)] + [
+        [rng.randrange(size) if rng.random() < 0.8 else rng.randrange(min(size, 512))
+         for _ in range(rng.randrange(1, 24))] for _ in range(_CHECKED_DECODES)]
+    try:
+        for ids in runs:
+            if decode(ids) != b"".join(pieces[i] for i in ids).decode("utf-8", "replace"):
+                return None
+    except Exception:
+        return None
+    return pieces
+
+
+class Decoder(Protocol):
+    """Token ids in, the new text out (:class:`IncrementalDecoder`, :class:`ByteDecoder`)."""
+
+    def push(self, ids: Sequence[int]) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+class ByteDecoder:
+    """A byte-level vocabulary's text, id by id: each id's bytes through one incremental
+    UTF-8 decoder, which holds the first bytes of a character until its last arrives (never
+    more than three) and gives a byte that cannot be UTF-8 as U+FFFD at once. The text of
+    ids that leave a character unfinished is held with it, so that read id by id its pieces
+    are the window decoder's (valid text); they join to the decode of all the ids however
+    many ids a push brings (the window decoder, unable to tell an unfinished character from
+    invalid bytes, gives a U+FFFD where several pushes in a row end mid-character, and holds
+    text that ends in a U+FFFD character)."""
+
+    __slots__ = ("_context_open", "_held", "_pieces", "_size", "_utf8")
+
+    def __init__(self, pieces: Sequence[bytes], context: Sequence[int] = ()) -> None:
+        self._pieces = pieces
+        self._size = len(pieces)
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""
+        if context:
+            # Only a character the context leaves unfinished carries into the new text.
+            self._utf8.decode(b"".join(self._piece(i) for i in context[-CONTEXT_TOKENS:]))
+        # The context's text then ends in U+FFFD: where the new text still begins with it
+        # (the character never finished), it is the context's, as the window decoder has it.
+        self._context_open = bool(self._utf8.getstate()[0])
+
+    def _piece(self, token_id: int) -> bytes:
+        # An id past the table (an engine's padded vocabulary) decodes to nothing.
+        return self._pieces[token_id] if 0 <= token_id < self._size else b""
+
+    def push(self, ids: Sequence[int]) -> str:
+        """Take the next ids; return the text they complete (may be empty)."""
+        if not ids:
+            return ""
+        data = self._piece(ids[0]) if len(ids) == 1 else b"".join(map(self._piece, ids))
+        text = self._held + self._utf8.decode(data)
+        if self._utf8.getstate()[0]:
+            self._held = text
+            return ""
+        return self._give(text)
+
+    def flush(self) -> str:
+        """Whatever is held back, an unfinished character as U+FFFD (at the end of a
+        stream or channel)."""
+        return self._give(self._held + self._utf8.decode(b"", True))
+
+    def _give(self, text: str) -> str:
+        self._held = ""
+        if self._context_open:
+            self._context_open = False
+            if text.startswith("\ufffd"):
+                return text[1:]
+        return text
+
+
+def decoder_for(decode: Callable[[list[int]], str], context: Sequence[int] = ()) -> Decoder:
+    """The decoder a judge reads ids with: by bytes where ``decode`` has them."""
+    if isinstance(decode, ByteLevelDecode):
+        return ByteDecoder(decode.pieces, context)
+    return IncrementalDecoder(decode, context)
 
 
 def marker_ids(tokenizer: Any,
@@ -225,7 +382,7 @@ class TokenJudge:
         self.guard = CallGuard(config)
         self.channel: Channel = channel
         self._decode = decode
-        self._decoder = IncrementalDecoder(decode, context)
+        self._decoder = decoder_for(decode, context)
         self._opening, self._closing = markers
         self.tokens = 0
         self.trip: Trip | None = None
@@ -240,7 +397,7 @@ class TokenJudge:
             if token_id == self._opening or token_id == self._closing:
                 trip = self._judge(self._decoder.flush())
                 self.channel = "reasoning" if token_id == self._opening else "text"
-                self._decoder = IncrementalDecoder(self._decode, (token_id,))
+                self._decoder = decoder_for(self._decode, (token_id,))
             else:
                 trip = self._judge(self._decoder.push((token_id,)))
             if trip is not None:
