@@ -485,7 +485,7 @@ def test_the_machine_line_says_processor_cores_load_and_steal() -> None:
     machine = Machine("3.11.7", "CPython", "Linux-6.18", "x86_64", 2, (0.5, 0.4, 0.3),
                       (1.25, 0.5, 0.3), "AMD EPYC [7B13]", 0.125)
     assert machine.describe() == ("CPython 3.11.7 on Linux-6.18, AMD EPYC [7B13], 2 CPUs, "
-                                  "load 0.5 → 1.25, steal 12%")
+                                  "load 0.5 → 1.25, steal 12.5%")
     assert Machine.from_json(json.loads(json.dumps(machine.as_json()))) == machine
     bare = Machine("3.11.7", "CPython", "Darwin", "arm64", None)
     assert bare.describe() == "CPython 3.11.7 on Darwin, None CPUs"

@@ -877,7 +877,7 @@ class Machine:
                 + f", {self.cpu_count} CPUs"
                 + (f", load {self.load_before[0]:g} → {self.load_after[0]:g}"
                    if self.load_before and self.load_after else "")
-                + (f", steal {self.steal:.0%}" if self.steal is not None else ""))
+                + (f", steal {self.steal:.1%}" if self.steal is not None else ""))
 
     def as_json(self) -> dict[str, Any]:
         return {"python": self.python, "implementation": self.implementation,

@@ -157,9 +157,10 @@ _CHECKED_DECODES = 256  # random id runs decoded both ways before the table is t
 def byte_level_pieces(tokenizer: Any, decode: Callable[[list[int]], str],
                       ) -> tuple[bytes, ...] | None:
     """The bytes of each id of a fast tokenizer whose decoder is ``tokenizers``' ByteLevel
-    (kept per tokenizer), if its ``decode`` is their UTF-8 text: each special token and
-    every one of ``_CHECKED_DECODES`` random runs of ids (byte tokens among them) decoded
-    both ways must agree, else ``None`` (the window decoder then reads it)."""
+    (kept per tokenizer), if its ``decode`` is their UTF-8 text: each added token (the
+    special ones decode to nothing) and every one of ``_CHECKED_DECODES`` random runs of ids
+    (byte tokens among them) decoded both ways must agree, else ``None`` (the window decoder
+    then reads it)."""
     try:
         return _PIECES[tokenizer]
     except (KeyError, TypeError):
@@ -180,8 +181,8 @@ def _read_pieces(tokenizer: Any, decode: Callable[[list[int]], str]) -> tuple[by
         return None
     try:
         size = int(backend.get_vocab_size(with_added_tokens=True))
-        special = {i for i, added in backend.get_added_tokens_decoder().items()
-                   if getattr(added, "special", False)}
+        added = backend.get_added_tokens_decoder()
+        special = {i for i, token in added.items() if getattr(token, "special", False)}
         tokens = [None if i in special else backend.id_to_token(i) for i in range(size)]
     except Exception:  # an API that is not the one read here: the window decoder
         return None
@@ -197,7 +198,7 @@ def _read_pieces(tokenizer: Any, decode: Callable[[list[int]], str]) -> tuple[by
     # The table stands in for the decode only where the two agree: a decoder that strips
     # a leading space, or joins some other way, is caught here.
     rng = random.Random(size)
-    runs = [[i] for i in sorted(special)] + [
+    runs = [[i] for i in sorted(added) if 0 <= i < size] + [
         [rng.randrange(size) if rng.random() < 0.8 else rng.randrange(min(size, 512))
          for _ in range(rng.randrange(1, 24))] for _ in range(_CHECKED_DECODES)]
     try:
