@@ -32,7 +32,7 @@ CONTROL_TOKEN_START = re.compile(r"<[|u/sp<]|\[[PUI/]")
 """The first two characters of every :data:`CONTROL_TOKEN`: text without them holds none
 (and only its last character can begin one)."""
 
-CONTROL_TOKEN_HEAD = re.compile(r"<[|u/sp<]|\[[PUI/]|[<\[]\Z")
+CONTROL_TOKEN_HEAD = re.compile(CONTROL_TOKEN_START.pattern + r"|[<\[]\Z")
 """Where a :data:`CONTROL_TOKEN` cut by the text's end can begin: its first two characters,
 or its first as the text's last."""
 

@@ -372,15 +372,16 @@ def _run_in_engine_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _machine_line(command: str, machine: Machine, *, quick: bool) -> None:
-    """Which command ran where (a note: hidden by ``-q``)."""
+def _machine_line(command: str, machine: Machine, *, quick: bool, then: str = "") -> None:
+    """Which command ran where, ``then`` after it (a note: hidden by ``-q``)."""
     from rich.markup import escape
 
     from loopbreak.cli import _output
 
     if _output.show_notes():
+        where = machine.describe() + (f", {then}" if then else "")
         _output.console().print(f"[bold]{command}[/]{' (quick)' if quick else ''}: "
-                                + escape(machine.describe()), highlight=False)
+                                + escape(where), highlight=False)
 
 
 def _costs_table(title: str, guard_column: str, costs: Sequence[StepCost]) -> Table:
@@ -564,8 +565,7 @@ def render(report: BenchReport) -> None:
     m = report.machine
     far = report.reference.per_delta.far_target
     if notes_shown:
-        console.print(f"[bold]loopbreak bench[/]{' (quick)' if report.quick else ''}: "
-                      + escape(m.describe()), highlight=False)
+        _machine_line("loopbreak bench", m, quick=report.quick)
         console.print(escape(
             f"Inputs: clean {len(report.clean.text):,} chars of standard-library source "
             f"({report.clean.files} files, {report.clean.root}); looping "
@@ -734,8 +734,8 @@ def render_proxy(report: ProxyBenchReport) -> None:
     phases = [("direct", direct)] + ([("relay", relay)] if relay is not None else []) \
         + [("proxy", proxied)]
     if notes_shown:
-        console.print(f"[bold]loopbreak bench --proxy[/]{' (quick)' if report.quick else ''}: "
-                      + escape(f"{m.describe()}, {report.event_loop}"), highlight=False)
+        _machine_line("loopbreak bench --proxy", m, quick=report.quick,
+                      then=report.event_loop)
         console.print(
             f"Load: {s.streams:,} concurrent streams × {s.chunks_per_s:g} chunks/s = "
             f"{s.offered_chunks_per_s:,.0f} chunks/s offered; {s.chunks} chunks per stream "
