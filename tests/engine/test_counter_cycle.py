@@ -38,10 +38,9 @@ def brute_force(text: str, cfg: CycleConfig, share: float, min_span: int,
             unit = folded[m - p : m]
             span = max(cfg.min_span_code if unit_looks_like_code(unit) else min_span,
                        counter.min_copies * p + cfg.past_two_copies)
-            words = _cyclic_words(unit)
             if m >= span and folded[m - span + p : m] == folded[m - span : m - p] \
                     and len(set(unit)) >= cfg.min_distinct and "0" in unit \
-                    and unit.count("0") <= max(2, words / counter.words_per_number) \
+                    and unit.count("0") <= max(2, _cyclic_words(unit) / counter.words_per_number) \
                     and word_share(unit) >= share:
                 return kept[m - 1] + 1, p
     return None
@@ -375,3 +374,38 @@ def test_counter_cycle_runs_its_own_copy_of_cycles_code() -> None:
     assert feed.__code__.co_code == CycleDetector.feed.__code__.co_code
     text = "14. Pluto is far.\n15. Pluto is far.\n16. Pluto is far.\n" * 40
     assert first_trip(CounterCycleDetector(channel="text"), text, 4) is not None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_of_data_leave_out_multiples_judged_alike_and_trip_as_brute_force(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SQL inserts read with every number as 0 are code-shaped: the row's unit needs the code
+    # span, and so does each repetition of it, whose least span is shorter. Those multiples
+    # are left out on their kept verdict (once judged each was judged again at every step);
+    # the trip stays where the brute force puts it, at every split.
+    rng = random.Random(seed)
+    head = "".join(rng.choice("ab cd\n") for _ in range(rng.randint(0, 60)))
+    first = rng.randint(0, 120)
+    rows = "".join(f"INSERT INTO t VALUES ({n}, '{rng.randrange(10**5)}', "
+                   f"{rng.random():.4f});\n" for n in range(first, first + 22))
+    text = head + rows
+    # Multiples of the row's 36 characters up to 108 need less than the code span at
+    # least (three copies and 128: 344, 452), but their units are code-shaped too.
+    cfg = CycleConfig(max_period=120, min_span_text=48, min_span_code=600)
+    counter = CounterCycleConfig(min_span_text=48)
+    expected = brute_force(text, cfg, counter.min_word_share, cfg.min_span_text, counter)
+    assert expected is not None and expected[1] == len(read_counters(rows.split("\n")[0])) + 1
+    left_out = 0
+    keep = CycleDetector._unjudged_multiples
+
+    def counted(self: CycleDetector, periods: list[int], *args: int) -> list[int]:
+        nonlocal left_out
+        kept = keep(self, periods, *args)
+        left_out += len(periods) - len(kept)
+        return kept
+
+    monkeypatch.setattr(CounterCycleDetector, "_unjudged_multiples", counted)
+    for pieces in (*(split_fixed(text, size) for size in (1, 7, 64)), split_random(text, rng)):
+        trip, _ = feed_pieces(CounterCycleDetector(counter, cfg, "text"), pieces)
+        assert trip is not None and (trip.at, trip.evidence["period"]) == expected
+    assert left_out > 0

@@ -643,6 +643,8 @@ class CycleDetector:
                     others = candidates[1:kept_to] + candidates[skipped_to:]
                     if reach > upto:
                         others = [q for q in others if q > reach or q % nearest or q < least]
+                    if least and others:
+                        others = self._unjudged_multiples(others, nearest, n0, reach, least)
                 if others and nearest < _FLAT_MOST:
                     others = self._crossing_flat(others, nearest, n0, n1)
                 for period in others:
@@ -657,6 +659,40 @@ class CycleDetector:
         self._runs, self._next_runs = self._next_runs, self._runs
         self._next_runs.clear()
         return best
+
+    def _unjudged_multiples(self, periods: list[int], nearest: int, n0: int, reach: int,
+                            least: int) -> list[int]:
+        """Leave out of ``periods`` the multiples of ``nearest`` up to its ``reach`` and below
+        ``least`` whose unit, judged in the stretch that repeats with ``nearest``, does not
+        count or needs the nearest unit's span or more: no window of theirs can qualify
+        before the nearest one does.
+
+        The nearest unit counts, and its verdict (the span it needs) is kept. In the stretch
+        a multiple's run is the nearest's less the multiple less the nearest, and its unit a
+        repetition of the nearest one: it qualifies where the nearest's run reaches its own
+        span less the nearest period, no sooner when that span is no shorter. ``least`` is
+        how far the least span of a period vouches alone; this is the span the unit was
+        found to need (rows of data read as ``0`` are shaped like code: each multiple below
+        ``least`` was judged again at every step, two fifths of counter-cycle's cost on SQL
+        inserts)."""
+        rejected, accepted = self._rejected, self._accepted
+        span = accepted[nearest][1] + nearest
+        # Where a multiple's run starts at the step's start: a period later per period more.
+        start = n0 - reach
+        kept = []
+        for period in periods:
+            if period < least and period <= reach and not period % nearest:
+                # A verdict kept from this stretch stands for every window of the period in
+                # it (a rotation of the unit judged), as in _unit_need.
+                since = start + period
+                no = rejected.get(period)
+                if no is not None and since <= no:
+                    continue
+                yes = accepted.get(period)
+                if yes is not None and since <= yes[0] and yes[1] + period >= span:
+                    continue
+            kept.append(period)
+        return kept
 
     def _crossing_flat(self, periods: list[int], nearest: int, n0: int, n1: int) -> list[int]:
         """Leave out of ``periods`` those no window ending in (``n0``, ``n1``] can qualify for when
