@@ -1064,6 +1064,7 @@ class CycleDetector:
             # comparison, not walked to a character at a time (a flood's older shifts, lines
             # growing by one: ~100 characters a period a step).
             m = max(lo + 1, lo + need - run, need + period - base)
+            least = 0
             if m <= stop and buf[lo:m] == buf[lo - period : m - period]:
                 shape_need = self._unit_need(m + base, period, m + base - (run + m - lo))
                 if shape_need is None:
@@ -1071,9 +1072,14 @@ class CycleDetector:
                 m = max(m, lo + shape_need - run, shape_need + period - base)
                 if m <= stop and buf[lo:m] == buf[lo - period : m - period]:
                     return m + base, 0, 0
+                # The unit counts but needs more than its period's least span: it vouches
+                # only for the multiples that need as much (a repetition of it can be a pool
+                # of lines, cut after two copies: one was skipped here, and missed, when the
+                # batch ended just past where it qualified).
+                least = self._multiples_needing(period, shape_need + period, numeric)
             if stop == hi:
                 self._next_runs[period] = min(cap, _match_run_back(buf, hi, period, hi - lo))
-            return None, vouched, 0
+            return None, vouched, least
         # Every qualifying unit is a rotation of the same cycle: judge its shape once.
         shape_need = None
         # Past ``last`` nothing is looked for; the run then is not kept for the next step.
