@@ -668,13 +668,13 @@ class CycleDetector:
         before the nearest one does.
 
         The nearest unit counts, and its verdict (the span it needs) is kept. In the stretch
-        a multiple's run is the nearest's less the multiple less the nearest, and its unit a
-        repetition of the nearest one: it qualifies where the nearest's run reaches its own
-        span less the nearest period, no sooner when that span is no shorter. ``least`` is
-        how far the least span of a period vouches alone; this is the span the unit was
-        found to need (rows of data read as ``0`` are shaped like code: each multiple below
-        ``least`` was judged again at every step, two fifths of counter-cycle's cost on SQL
-        inserts)."""
+        a multiple's run is the nearest's shortened by the difference of the two periods, and
+        its unit is a repetition of the nearest one: it qualifies where the nearest's run
+        reaches the multiple's own span less the nearest period, so no sooner than the nearest
+        when that span is no shorter. ``least`` is as far as the least span of a period
+        vouches alone; this uses the span the multiple's unit was found to need (rows of data
+        read as ``0`` are shaped like code: each multiple below ``least`` was judged again at
+        every step, two fifths of counter-cycle's cost on SQL inserts)."""
         rejected, accepted = self._rejected, self._accepted
         span = accepted[nearest][1] + nearest
         # Where a multiple's run starts at the step's start: a period later per period more.
@@ -1072,10 +1072,10 @@ class CycleDetector:
                 m = max(m, lo + shape_need - run, shape_need + period - base)
                 if m <= stop and buf[lo:m] == buf[lo - period : m - period]:
                     return m + base, 0, 0
-                # The unit counts but needs more than its period's least span: it vouches
+                # The unit counts, and may need more than its period's least span: it vouches
                 # only for the multiples that need as much (a repetition of it can be a pool
                 # of lines, cut after two copies: one was skipped here, and missed, when the
-                # batch ended just past where it qualified).
+                # step ended just past where it qualified).
                 least = self._multiples_needing(period, shape_need + period, numeric)
             if stop == hi:
                 self._next_runs[period] = min(cap, _match_run_back(buf, hi, period, hi - lo))
