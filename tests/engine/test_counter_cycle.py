@@ -389,8 +389,8 @@ def test_rows_of_data_leave_out_multiples_judged_alike_and_trip_as_brute_force(
     rows = "".join(f"INSERT INTO t VALUES ({n}, '{rng.randrange(10**5)}', "
                    f"{rng.random():.4f});\n" for n in range(first, first + 22))
     text = head + rows
-    # Multiples of the row's 36 characters up to 108 need less than the code span at
-    # least (three copies and 128: 344, 452), but their units are code-shaped too.
+    # The row's multiples up to 108 characters need less than the code span at the least
+    # (three copies and 128: 344 and 452), but their units are code-shaped too.
     cfg = CycleConfig(max_period=120, min_span_text=48, min_span_code=600)
     counter = CounterCycleConfig(min_span_text=48)
     expected = brute_force(text, cfg, counter.min_word_share, cfg.min_span_text, counter)

@@ -323,9 +323,9 @@ def test_multiples_left_out_on_their_kept_verdict_match_brute_force_at_every_spl
                                  case["channel"], (1, 4, 7, 64), random.Random(len(text)))
 
 
-# Two texts a fuzz run found (2026-12-07) where the rule, at some splits, missed a multiple
-# whose unit is a pool of lines (two copies do) while the nearest period's unit is not (it
-# needs more): a step that broke the nearest period after its least span let the nearest
+# Two texts a fuzz run found (the 32nd speed pass) where the rule, at some splits, missed a
+# multiple whose unit is a pool of lines (two copies do) while the nearest period's unit is
+# not (it needs more): a step that broke the nearest period after its least span let the nearest
 # vouch for every multiple up to its run, though its unit needed more than that least.
 _POOL_MULTIPLE_MISSES = [
     ("ba\nabbbbaa\nbaba\nabbbba\nabbbbaa\nbaba\nabbbba\nabbbbaa\nbaba\nabbbba\nabbbbaa\nbaba"
